@@ -1,0 +1,397 @@
+"""Checkpoint I/O in three layouts, all strict: a partial load is always an error.
+
+- "google": TF1 name-based checkpoints as Google released them (bert_model.ckpt.index/.data
+  with names such as bert/encoder/layer_0/attention/self/query/kernel, kernels [in, out]).
+  Optimizer slots (adam_m, adam_v, ...) and global_step are skipped on read.
+- "ours": the directory our trainer writes: the same Google names (so Google's tools read our
+  checkpoints), bert_config.json beside them, and training state (optimizer slots, step) under
+  names that readers of weights skip.
+- "huggingface": model.safetensors + config.json, names such as
+  encoder.layer.0.attention.self.query.weight (kernels [out, in]), optional "bert." prefix,
+  pretraining heads as cls.*.
+
+Every reader returns {google_name: np.ndarray}; one assignment function checks names and shapes
+against the model and refuses missing, unexpected or mis-shaped weights by name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+
+import numpy as np
+
+from bert.config import BertConfig
+
+GOOGLE_CHECKPOINT_NAME = "bert_model.ckpt"
+HF_WEIGHTS_NAME = "model.safetensors"
+HF_CONFIG_NAME = "config.json"
+BERT_CONFIG_NAME = "bert_config.json"
+
+# Checkpoint entries that hold no model weight: optimizer slots, step counters and loss-scale
+# state from Google's, NVIDIA's and our trainers.
+_SKIPPED_SUFFIXES = ("/adam_m", "/adam_v", "/lamb_m", "/lamb_v", "/Momentum")
+_SKIPPED_NAMES = frozenset({"global_step", "current_loss_scale", "good_steps", "loss_scale",
+                            "_CHECKPOINTABLE_OBJECT_GRAPH"})
+_TRAINING_STATE_PREFIX = "training_state/"
+
+# Hugging Face keys that are buffers or tied copies, not weights of their own.
+_HF_IGNORED = re.compile(r"^(bert\.)?embeddings\.position_ids$"
+                         r"|^cls\.predictions\.decoder\.(weight|bias)$")
+
+
+class CheckpointMismatchError(ValueError):
+    """The checkpoint's weights do not fit the model; the message names every offender."""
+
+
+# --- the model's canonical (Google) names --------------------------------------------------
+
+def _dense_names(prefix, layer):
+    return {f"{prefix}/kernel": layer.kernel, f"{prefix}/bias": layer.bias}
+
+
+def _layer_norm_names(prefix, layer):
+    return {f"{prefix}/gamma": layer.gamma, f"{prefix}/beta": layer.beta}
+
+
+def encoder_variables(encoder) -> dict:
+    """{google_name: variable} for a BertEncoder."""
+    e = encoder.embeddings
+    names = {
+        "bert/embeddings/word_embeddings": e.word_embeddings,
+        "bert/embeddings/position_embeddings": e.position_embeddings,
+        "bert/embeddings/token_type_embeddings": e.token_type_embeddings,
+        **_layer_norm_names("bert/embeddings/LayerNorm", e.layer_norm),
+    }
+    for i, layer in enumerate(encoder.transformer_layers):
+        p = f"bert/encoder/layer_{i}"
+        names.update(_dense_names(f"{p}/attention/self/query", layer.attention.query))
+        names.update(_dense_names(f"{p}/attention/self/key", layer.attention.key))
+        names.update(_dense_names(f"{p}/attention/self/value", layer.attention.value))
+        names.update(_dense_names(f"{p}/attention/output/dense", layer.attention_output))
+        names.update(_layer_norm_names(f"{p}/attention/output/LayerNorm", layer.attention_layer_norm))
+        names.update(_dense_names(f"{p}/intermediate/dense", layer.intermediate))
+        names.update(_dense_names(f"{p}/output/dense", layer.output_dense))
+        names.update(_layer_norm_names(f"{p}/output/LayerNorm", layer.output_layer_norm))
+    names.update(_dense_names("bert/pooler/dense", encoder.pooler))
+    return names
+
+
+def model_variables(model) -> dict:
+    """{google_name: variable} for a BertEncoder or any model with .encoder (+ pretraining heads)."""
+    encoder = getattr(model, "encoder", model)
+    names = encoder_variables(encoder)
+    mlm = getattr(model, "masked_lm", None)
+    if mlm is not None:
+        names.update(_dense_names("cls/predictions/transform/dense", mlm.transform))
+        names.update(_layer_norm_names("cls/predictions/transform/LayerNorm", mlm.layer_norm))
+        names["cls/predictions/output_bias"] = mlm.output_bias
+    nsp = getattr(model, "next_sentence", None)
+    if nsp is not None:
+        names["cls/seq_relationship/output_weights"] = nsp.output_weights
+        names["cls/seq_relationship/output_bias"] = nsp.output_bias
+    return names
+
+
+# --- Hugging Face names ----------------------------------------------------------------------
+
+def google_to_hf(name: str, prefix: str = "") -> tuple[str, bool]:
+    """Google name -> (Hugging Face key, whether the array is transposed between the two)."""
+    if name.startswith("cls/"):
+        if name == "cls/predictions/output_bias":
+            return "cls.predictions.bias", False
+        if name == "cls/seq_relationship/output_weights":
+            return "cls.seq_relationship.weight", False  # [2, D] in both
+        if name == "cls/seq_relationship/output_bias":
+            return "cls.seq_relationship.bias", False
+        key = name
+    else:
+        key = prefix + name[len("bert/"):]
+    key = re.sub(r"layer_(\d+)", r"layer.\1", key).replace("/", ".")
+    if key.endswith("_embeddings"):
+        return key + ".weight", False
+    for google_suffix, hf_suffix in ((".kernel", ".weight"), (".gamma", ".weight"), (".beta", ".bias")):
+        if key.endswith(google_suffix):
+            return key[: -len(google_suffix)] + hf_suffix, google_suffix == ".kernel"
+    return key, False
+
+
+def _hf_key_table(google_names, prefix):
+    return {google_to_hf(n, prefix)[0]: n for n in google_names}
+
+
+# --- readers ---------------------------------------------------------------------------------
+
+def resolve_tf_checkpoint(path: str) -> str:
+    """A checkpoint prefix from a prefix, a .index/.data file, or a directory holding one."""
+    path = os.fspath(path)
+    if path.endswith(".index"):
+        path = path[: -len(".index")]
+    path = re.sub(r"\.data-\d{5}-of-\d{5}$", "", path)
+    if os.path.isfile(path + ".index"):
+        return path
+    if os.path.isdir(path):
+        import tensorflow as tf
+        latest = tf.train.latest_checkpoint(path)
+        if latest:
+            return latest
+        for candidate in (GOOGLE_CHECKPOINT_NAME, "model.ckpt"):
+            if os.path.isfile(os.path.join(path, candidate + ".index")):
+                return os.path.join(path, candidate)
+        indexes = sorted(f for f in os.listdir(path) if f.endswith(".index"))
+        if len(indexes) == 1:
+            return os.path.join(path, indexes[0][: -len(".index")])
+        raise FileNotFoundError(f"{path} holds no TensorFlow checkpoint (no *.index file"
+                                f"{'; several: ' + ', '.join(indexes) if indexes else ''}).")
+    raise FileNotFoundError(f"Checkpoint {path} does not exist (expected {path}.index, a "
+                            f"directory with a checkpoint, or a directory with {HF_WEIGHTS_NAME}).")
+
+
+def detect_format(path: str) -> str:
+    """'huggingface' for model.safetensors (or a directory with one), else 'tf'."""
+    path = os.fspath(path)
+    if path.endswith(".safetensors") or os.path.isfile(os.path.join(path, HF_WEIGHTS_NAME)):
+        return "huggingface"
+    return "tf"
+
+
+def read_tf_checkpoint(path: str) -> dict[str, np.ndarray]:
+    """Model weights of a Google-named TF checkpoint (Google's, NVIDIA's or ours)."""
+    import tensorflow as tf
+    prefix = resolve_tf_checkpoint(path)
+    try:
+        reader = tf.train.load_checkpoint(prefix)
+    except Exception as err:  # TF raises DataLossError/NotFoundError with long C++ text
+        raise ValueError(f"{prefix} is not a readable TensorFlow checkpoint "
+                         f"({str(err).splitlines()[0]}).") from None
+    weights = {}
+    for name in reader.get_variable_to_shape_map():
+        if (name in _SKIPPED_NAMES or name.endswith(_SKIPPED_SUFFIXES)
+                or name.startswith(_TRAINING_STATE_PREFIX)):
+            continue
+        weights[name] = reader.get_tensor(name)
+    if weights and all(n.endswith(".ATTRIBUTES/VARIABLE_VALUE") for n in weights):
+        raise ValueError(f"{prefix} is an object-based TF2 checkpoint; this loader reads "
+                         "Google-named checkpoints (convert with python -m bert.convert).")
+    return weights
+
+
+def read_hf_checkpoint(path: str) -> dict[str, np.ndarray]:
+    """Model weights of a Hugging Face model.safetensors, renamed and transposed to Google's."""
+    from safetensors.numpy import load_file
+    path = os.fspath(path)
+    file = path if path.endswith(".safetensors") else os.path.join(path, HF_WEIGHTS_NAME)
+    if not os.path.isfile(file):
+        raise FileNotFoundError(f"Hugging Face weights {file} do not exist.")
+    try:
+        tensors = load_file(file)
+    except Exception as err:
+        raise ValueError(f"{file} is not a readable safetensors file ({err}).") from None
+    tensors = {k: v for k, v in tensors.items() if not _HF_IGNORED.match(k)}
+    prefix = "bert." if any(k.startswith("bert.") for k in tensors) else ""
+    weights, unknown = {}, []
+    for key, value in tensors.items():
+        google = _hf_to_google(key, prefix)
+        if google is None:
+            unknown.append(key)
+            continue
+        transposed = google_to_hf(google, prefix)[1]
+        weights[google] = np.ascontiguousarray(value.T) if transposed else value
+    if unknown:
+        raise CheckpointMismatchError(
+            f"{file} holds weights that are not part of a BERT model: {', '.join(sorted(unknown)[:20])}"
+            f"{' ...' if len(unknown) > 20 else ''}.")
+    return weights
+
+
+def _hf_to_google(key: str, prefix: str) -> str | None:
+    if prefix and not key.startswith(prefix) and not key.startswith("cls."):
+        return None
+    body = key[len(prefix):] if key.startswith(prefix) else key
+    if key.startswith("cls."):
+        special = {"cls.predictions.bias": "cls/predictions/output_bias",
+                   "cls.seq_relationship.weight": "cls/seq_relationship/output_weights",
+                   "cls.seq_relationship.bias": "cls/seq_relationship/output_bias"}
+        if key in special:
+            return special[key]
+        stem = body
+    else:
+        stem = "bert." + body
+    parts = stem.rsplit(".", 1)
+    if len(parts) != 2:
+        return None
+    stem, leaf = parts
+    name = re.sub(r"layer\.(\d+)", r"layer_\1", stem).replace(".", "/")
+    if name.endswith("_embeddings") and leaf == "weight":
+        return name
+    is_norm = name.endswith("LayerNorm")
+    mapping = {"weight": "gamma" if is_norm else "kernel", "bias": "beta" if is_norm else "bias"}
+    return f"{name}/{mapping[leaf]}" if leaf in mapping else None
+
+
+def read_checkpoint(path: str) -> dict[str, np.ndarray]:
+    """{google_name: array} from any supported checkpoint path."""
+    if detect_format(path) == "huggingface":
+        return read_hf_checkpoint(path)
+    return read_tf_checkpoint(path)
+
+
+def read_config_beside(path: str) -> BertConfig | None:
+    """The BertConfig stored with a checkpoint (bert_config.json or HF config.json), if any."""
+    path = os.fspath(path)
+    folder = path if os.path.isdir(path) else os.path.dirname(path)
+    google = os.path.join(folder, BERT_CONFIG_NAME)
+    if os.path.isfile(google):
+        return BertConfig.from_json_file(google)
+    hf = os.path.join(folder, HF_CONFIG_NAME)
+    if os.path.isfile(hf):
+        with open(hf, encoding="utf-8") as f:
+            try:
+                values = json.load(f)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{hf} is not valid JSON ({err.msg} at line {err.lineno}).") from None
+        return BertConfig.from_hf_dict(values, source=hf)
+    return None
+
+
+# --- assignment ------------------------------------------------------------------------------
+
+def _listing(names, limit=12):
+    names = sorted(names)
+    shown = ", ".join(names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def assign_weights(model, weights: dict[str, np.ndarray], source: str,
+                   ignore_prefixes: tuple[str, ...] = ()) -> None:
+    """Sets every model variable from `weights` or raises CheckpointMismatchError.
+
+    ignore_prefixes: checkpoint names that may be present without a home in the model (loading
+    an encoder from a checkpoint that also holds pretraining or fine-tuning heads: "cls/").
+    """
+    variables = model_variables(model)
+    missing = set(variables) - set(weights)
+    unexpected = {n for n in set(weights) - set(variables) if not n.startswith(ignore_prefixes)}
+    misshaped = [f"{n} {tuple(weights[n].shape)} vs model {tuple(v.shape)}"
+                 for n, v in variables.items()
+                 if n in weights and tuple(weights[n].shape) != tuple(v.shape)]
+    problems = []
+    if missing:
+        problems.append(f"missing {_listing(missing)}")
+    if unexpected:
+        problems.append(f"unexpected {_listing(unexpected)}")
+    if misshaped:
+        problems.append(f"shape mismatch {_listing(misshaped)}")
+    if problems:
+        raise CheckpointMismatchError(f"{source} does not fit the model: " + "; ".join(problems) + ".")
+    for name, variable in variables.items():
+        variable.assign(weights[name].astype(variable.dtype))
+
+
+def load_weights(model, path: str, ignore_prefixes: tuple[str, ...] | None = None) -> None:
+    """Loads a Google, NVIDIA, our, or Hugging Face checkpoint into `model`, strictly.
+
+    An encoder alone (no `masked_lm` head) ignores the checkpoint's cls/ heads by default.
+    """
+    if ignore_prefixes is None:
+        ignore_prefixes = () if hasattr(model, "masked_lm") else ("cls/",)
+    assign_weights(model, read_checkpoint(path), source=os.fspath(path),
+                   ignore_prefixes=ignore_prefixes)
+
+
+def check_vocab_size(config: BertConfig, vocab_size: int, vocab_source: str) -> None:
+    """A vocab file whose size differs from the checkpoint's embedding table is an error."""
+    if vocab_size != config.vocab_size:
+        raise ValueError(f"{vocab_source} has {vocab_size} tokens but the model's vocab_size is "
+                         f"{config.vocab_size}: use the vocab the checkpoint was trained with.")
+
+
+# --- writers ---------------------------------------------------------------------------------
+
+def _model_arrays(model) -> dict[str, np.ndarray]:
+    return {name: np.asarray(v.numpy()) for name, v in model_variables(model).items()}
+
+
+def write_tf_checkpoint(prefix: str, arrays: dict[str, np.ndarray]) -> str:
+    """Writes a name-based TF checkpoint (prefix.index + prefix.data-00000-of-00001) atomically."""
+    import tensorflow as tf
+    prefix = os.fspath(prefix)
+    folder = os.path.dirname(os.path.abspath(prefix))
+    os.makedirs(folder, exist_ok=True)
+    # SaveV2 into a temporary folder beside the target, then rename data before index: a reader
+    # only sees a checkpoint once its .index exists, and by then the data is complete.
+    tmp = tempfile.mkdtemp(prefix=".tmp-ckpt-", dir=folder)
+    try:
+        tmp_prefix = os.path.join(tmp, "ckpt")
+        names = sorted(arrays)
+        tf.raw_ops.SaveV2(prefix=tmp_prefix, tensor_names=names, shape_and_slices=[""] * len(names),
+                          tensors=[tf.convert_to_tensor(arrays[n]) for n in names])
+        for f in sorted(os.listdir(tmp), key=lambda f: f.endswith(".index")):
+            os.replace(os.path.join(tmp, f), prefix + f[len("ckpt"):])
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return prefix
+
+
+def save_google(model, output_dir: str, vocab_file: str | None = None) -> str:
+    """Google's release layout: bert_model.ckpt.*, bert_config.json and (optionally) vocab.txt."""
+    os.makedirs(output_dir, exist_ok=True)
+    prefix = write_tf_checkpoint(os.path.join(output_dir, GOOGLE_CHECKPOINT_NAME), _model_arrays(model))
+    model.config.to_json_file(os.path.join(output_dir, BERT_CONFIG_NAME))
+    _copy_vocab(vocab_file, output_dir)
+    return prefix
+
+
+def save_ours(model, output_dir: str, step: int = 0, training_state: dict | None = None,
+              vocab_file: str | None = None) -> str:
+    """Our trainer's layout: ckpt-<step> (Google names + training_state/*), bert_config.json,
+    and a `checkpoint` file naming the latest, so tf.train.latest_checkpoint finds it."""
+    os.makedirs(output_dir, exist_ok=True)
+    arrays = _model_arrays(model)
+    arrays["global_step"] = np.asarray(step, np.int64)
+    for name, value in (training_state or {}).items():
+        arrays[_TRAINING_STATE_PREFIX + name] = np.asarray(value)
+    prefix = write_tf_checkpoint(os.path.join(output_dir, f"ckpt-{step}"), arrays)
+    model.config.to_json_file(os.path.join(output_dir, BERT_CONFIG_NAME))
+    _copy_vocab(vocab_file, output_dir)
+    _atomic_write(os.path.join(output_dir, "checkpoint"),
+                  f'model_checkpoint_path: "ckpt-{step}"\nall_model_checkpoint_paths: "ckpt-{step}"\n')
+    return prefix
+
+
+def save_huggingface(model, output_dir: str, vocab_file: str | None = None) -> str:
+    """model.safetensors + config.json as transformers' save_pretrained writes them."""
+    from safetensors.numpy import save_file
+    os.makedirs(output_dir, exist_ok=True)
+    with_heads = hasattr(model, "masked_lm")
+    prefix = "bert." if with_heads else ""
+    tensors = {}
+    for name, value in _model_arrays(model).items():
+        key, transposed = google_to_hf(name, prefix)
+        tensors[key] = np.ascontiguousarray(value.T if transposed else value)
+    target = os.path.join(output_dir, HF_WEIGHTS_NAME)
+    tmp = target + f".tmp{os.getpid()}"
+    save_file(tensors, tmp, metadata={"format": "pt"})
+    os.replace(tmp, target)
+    hf_config = model.config.to_hf_dict()
+    hf_config["architectures"] = ["BertForPreTraining" if with_heads else "BertModel"]
+    _atomic_write(os.path.join(output_dir, HF_CONFIG_NAME), json.dumps(hf_config, indent=2) + "\n")
+    _copy_vocab(vocab_file, output_dir)
+    return target
+
+
+def _copy_vocab(vocab_file, output_dir):
+    if vocab_file:
+        target = os.path.join(output_dir, "vocab.txt")
+        if os.path.abspath(vocab_file) != os.path.abspath(target):
+            shutil.copyfile(vocab_file, target + ".tmp")
+            os.replace(target + ".tmp", target)
+
+
+def _atomic_write(path, text):
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(path + ".tmp", path)

@@ -1,0 +1,66 @@
+"""The BERT encoder: embeddings, a stack of transformer layers, and the pooler."""
+
+import keras
+from keras import ops
+
+from bert.attention import attention_bias_from_mask, dense
+from bert.config import BertConfig
+from bert.embeddings import BertEmbeddings
+from bert.transformer import TransformerLayer
+
+# Shapes: B batch, S sequence, D hidden, L layers.
+
+
+class BertEncoder(keras.Model):
+    """Inputs {input_ids, input_mask, segment_ids} int32 [B, S].
+
+    Outputs a dict: sequence_output [B, S, D], pooled_output [B, D] (tanh dense over [CLS]) and
+    encoder_outputs, the list of L layer outputs [B, S, D] (extract_features reads these).
+    Outputs are in the compute dtype of `dtype` ("float32", "mixed_float16", "mixed_bfloat16").
+    """
+
+    def __init__(self, config: BertConfig, dtype="float32", **kwargs):
+        kwargs.setdefault("name", "bert")
+        super().__init__(dtype=dtype, **kwargs)
+        self.config = config
+        policy = self.dtype_policy
+        self.embeddings = BertEmbeddings(config, name="embeddings", dtype=policy)
+        self.transformer_layers = [
+            TransformerLayer(config, name=f"layer_{i}", dtype=policy)
+            for i in range(config.num_hidden_layers)
+        ]
+        self.pooler = dense(config.hidden_size, config, "pooler_dense", policy, activation="tanh")
+        self.build_weights()
+
+    def build_weights(self):
+        """Creates every variable now, so checkpoints can be loaded before the first call."""
+        d = self.config.hidden_size
+        self.embeddings.build((None, None))
+        for layer in self.transformer_layers:
+            layer.build((None, None, d))
+        self.pooler.build((None, d))
+        self.built = True
+
+    def call(self, inputs, training=False):
+        input_ids = inputs["input_ids"]
+        segment_ids = inputs.get("segment_ids")
+        if segment_ids is None:
+            segment_ids = ops.zeros_like(input_ids)
+        input_mask = inputs.get("input_mask")
+        if input_mask is None:
+            input_mask = ops.ones_like(input_ids)
+        attention_bias = attention_bias_from_mask(input_mask)                  # [B, 1, 1, S]
+        x = self.embeddings(input_ids, segment_ids, training=training)         # [B, S, D]
+        layer_outputs = []
+        for layer in self.transformer_layers:
+            x = layer(x, attention_bias, training=training)
+            layer_outputs.append(x)
+        pooled = self.pooler(x[:, 0, :])                                       # [B, D]
+        return {"sequence_output": x, "pooled_output": pooled, "encoder_outputs": layer_outputs}
+
+    def get_config(self):
+        return {"config": self.config.to_dict(), "dtype": self.dtype_policy.name, "name": self.name}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(BertConfig.from_dict(config["config"]), dtype=config["dtype"], name=config["name"])

@@ -1,0 +1,32 @@
+"""LayerNorm that always computes in float32, whatever the layer's precision policy."""
+
+import keras
+from keras import ops
+
+
+class LayerNorm(keras.layers.Layer):
+    """Layer normalisation over the last axis with Google's gamma/beta names.
+
+    Under mixed precision the mean and variance of a bfloat16/float16 activation lose too many
+    bits, so the input is cast to float32 and the result cast back to the compute dtype.
+    """
+
+    def __init__(self, epsilon=1e-12, **kwargs):
+        super().__init__(**kwargs)
+        self.epsilon = epsilon
+
+    def build(self, input_shape):
+        dim = input_shape[-1]
+        self.gamma = self.add_weight(name="gamma", shape=(dim,), initializer="ones", dtype="float32")
+        self.beta = self.add_weight(name="beta", shape=(dim,), initializer="zeros", dtype="float32")
+
+    def call(self, x):
+        x32 = ops.cast(x, "float32")
+        mean = ops.mean(x32, axis=-1, keepdims=True)
+        variance = ops.mean(ops.square(x32 - mean), axis=-1, keepdims=True)
+        y = (x32 - mean) * ops.rsqrt(variance + self.epsilon)
+        y = y * ops.convert_to_tensor(self.gamma) + ops.convert_to_tensor(self.beta)
+        return ops.cast(y, self.compute_dtype)
+
+    def get_config(self):
+        return {**super().get_config(), "epsilon": self.epsilon}

