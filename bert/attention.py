@@ -31,7 +31,7 @@ class SelfAttention(keras.layers.Layer):
         self.query = dense(d, config, "query", self.dtype_policy)
         self.key = dense(d, config, "key", self.dtype_policy)
         self.value = dense(d, config, "value", self.dtype_policy)
-        self.dropout = keras.layers.Dropout(config.attention_probs_dropout_prob, name="dropout")
+        self.dropout = keras.layers.Dropout(config.attention_probs_dropout_prob, name="dropout", dtype=self.dtype_policy)
 
     def build(self, input_shape):
         for layer in (self.query, self.key, self.value):
@@ -49,7 +49,8 @@ class SelfAttention(keras.layers.Layer):
         scores = ops.matmul(q, ops.transpose(k, (0, 1, 3, 2)))                 # [B, N, S, S]
         # Softmax in float32: bf16/fp16 scores lose the small differences that matter here.
         scores = ops.cast(scores, "float32") * (1.0 / math.sqrt(self.config.head_size))
-        probs = ops.softmax(scores + attention_bias, axis=-1)                  # [B, N, S, S]
+        # Keras casts call arguments to the compute dtype; the bias is re-widened to float32.
+        probs = ops.softmax(scores + ops.cast(attention_bias, "float32"), axis=-1)  # [B, N, S, S]
         probs = self.dropout(ops.cast(probs, self.compute_dtype), training=training)
         context = ops.matmul(probs, v)                                         # [B, N, S, H]
         context = ops.transpose(context, (0, 2, 1, 3))                         # [B, S, N, H]

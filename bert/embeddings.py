@@ -29,7 +29,7 @@ class BertEmbeddings(keras.layers.Layer):
             name="token_type_embeddings", shape=(config.type_vocab_size, config.hidden_size),
             initializer=init)
         self.layer_norm = LayerNorm(config.layer_norm_eps, name="LayerNorm", dtype=self.dtype_policy)
-        self.dropout = keras.layers.Dropout(config.hidden_dropout_prob, name="dropout")
+        self.dropout = keras.layers.Dropout(config.hidden_dropout_prob, name="dropout", dtype=self.dtype_policy)
 
     def build(self, input_shape):
         self.layer_norm.build((None, None, self.config.hidden_size))

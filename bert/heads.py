@@ -25,7 +25,9 @@ class MaskedLMHead(keras.layers.Layer):
     """
 
     def __init__(self, config: BertConfig, word_embeddings, **kwargs):
-        super().__init__(**kwargs)
+        # autocast=False: the float32 output_bias is added to float32 logits; the table is cast
+        # to the compute dtype explicitly below.
+        super().__init__(autocast=False, **kwargs)
         self.config = config
         self.word_embeddings = word_embeddings  # [V, D], owned by BertEmbeddings
         self.transform = dense(config.hidden_size, config, "transform_dense", self.dtype_policy,
@@ -55,7 +57,7 @@ class NextSentenceHead(keras.layers.Layer):
     """pooled_output [B, D] -> float32 logits [B, 2]; weights stored [2, D] as in Google's."""
 
     def __init__(self, config: BertConfig, **kwargs):
-        super().__init__(**kwargs)
+        super().__init__(autocast=False, **kwargs)  # see MaskedLMHead
         self.config = config
         init = keras.initializers.TruncatedNormal(stddev=config.initializer_range)
         self.output_weights = self.add_weight(name="output_weights", shape=(2, config.hidden_size),
@@ -98,7 +100,7 @@ class ClassifierHead(keras.layers.Layer):
         super().__init__(**kwargs)
         self.config = config
         self.num_classes = num_classes
-        self.dropout = keras.layers.Dropout(config.hidden_dropout_prob, name="dropout")
+        self.dropout = keras.layers.Dropout(config.hidden_dropout_prob, name="dropout", dtype=self.dtype_policy)
         self.dense = dense(num_classes, config, "dense", self.dtype_policy)
 
     def build(self, input_shape):

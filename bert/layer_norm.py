@@ -12,7 +12,8 @@ class LayerNorm(keras.layers.Layer):
     """
 
     def __init__(self, epsilon=1e-12, **kwargs):
-        super().__init__(**kwargs)
+        # autocast=False: gamma and beta are read as the float32 they are stored in.
+        super().__init__(autocast=False, **kwargs)
         self.epsilon = epsilon
 
     def build(self, input_shape):

@@ -23,7 +23,7 @@ class TransformerLayer(keras.layers.Layer):
                                   activation=get_activation(config.hidden_act))
         self.output_dense = dense(config.hidden_size, config, "output_dense", policy)
         self.output_layer_norm = LayerNorm(config.layer_norm_eps, name="output_LayerNorm", dtype=policy)
-        self.dropout = keras.layers.Dropout(config.hidden_dropout_prob, name="dropout")
+        self.dropout = keras.layers.Dropout(config.hidden_dropout_prob, name="dropout", dtype=self.dtype_policy)
 
     def build(self, input_shape):
         d, i = self.config.hidden_size, self.config.intermediate_size

@@ -1,0 +1,405 @@
+"""Forward+backward training throughput of BertPretrainer on this machine's CPU.
+
+For each model x precision x XLA setting, one measured step is: forward pass (dropout on),
+pretraining loss, tf.GradientTape gradients of every trainable variable, and the global norm
+of those gradients, so the whole backward pass is needed and nothing can be pruned. No
+optimizer update: this measures the model, not the optimizer.
+
+    .venv/bin/python bench/model_throughput.py              # tiny, small, base; ~10-20 min
+    .venv/bin/python bench/model_throughput.py --quick      # smoke run, about a minute
+    .venv/bin/python bench/model_throughput.py --models base --precisions float32 --xla on,off
+
+Each combination runs in its own child process: an XLA compile failure on CPU can abort the
+process from C++ rather than raise, and a fresh process also gives every row the same clean
+allocator and thread-pool state. A failing combination prints its row with the shortened cause.
+
+Columns: compile s is the first call's extra time over a steady step (tracing, plus XLA
+compilation when on); seq/s is the median over --repeats timed blocks of --steps steps each,
+after --warmup untimed steps; speed-up is against float32 / XLA off of the same model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from bert.config import BertConfig  # noqa: E402  (pure Python: the parent never imports TF)
+
+DEFAULT_MODELS = ("tiny", "small", "base")
+# Batch sizes that keep one step of each model at seconds, not minutes, on a 2-core CPU.
+DEFAULT_BATCH_SIZES = {"tiny": 32, "mini": 32, "small": 16, "base": 8, "large": 4}
+FALLBACK_BATCH_SIZE = 8
+PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
+ERROR_WIDTH = 60
+
+# BERT vocab ids of the special tokens (uncased and cased vocabs agree on these).
+CLS_ID, SEP_ID = 101, 102
+# In the uncased 30522 vocab, ids below 1996 are [PAD], [unused*], specials and single
+# characters; real word pieces start at 1996, so drawing from there gives realistic
+# embedding-row access rather than a handful of hot rows.
+FIRST_WORD_PIECE_ID = 1996
+
+
+def log(message: str) -> None:
+    print(f"[bench] {message}", file=sys.stderr, flush=True)
+
+
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+# ----------------------------------------------------------------------------- child process
+
+
+def random_pretraining_batch(vocab_size: int, batch: int, seq_length: int, predictions: int,
+                             seed: int) -> dict:
+    """A batch shaped like create_pretraining_data output: [CLS] A [SEP] B [SEP], padded.
+
+    Like Google's data, 90% of sequences fill seq_length and 10% are shorter; 15% of the real
+    tokens (capped at `predictions`) are masked. Returns int32 [B, S] / [B, P] arrays, float32
+    masked_lm_weights [B, P] and int32 next_sentence_labels [B, 1].
+    """
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    lo = FIRST_WORD_PIECE_ID if vocab_size > FIRST_WORD_PIECE_ID else 1
+    ids = np.zeros((batch, seq_length), "int32")
+    mask = np.zeros((batch, seq_length), "int32")
+    segments = np.zeros((batch, seq_length), "int32")
+    positions = np.zeros((batch, predictions), "int32")
+    lm_ids = np.zeros((batch, predictions), "int32")
+    weights = np.zeros((batch, predictions), "float32")
+    for b in range(batch):
+        length = seq_length if rng.random() < 0.9 else int(rng.integers(seq_length // 4, seq_length))
+        length = max(length, 5)
+        len_a = int(rng.integers(1, length - 3))
+        tokens = rng.integers(lo, vocab_size, length).astype("int32")
+        sep_a = 1 + len_a
+        tokens[0], tokens[sep_a], tokens[length - 1] = CLS_ID, SEP_ID, SEP_ID
+        ids[b, :length] = tokens
+        mask[b, :length] = 1
+        segments[b, sep_a + 1:length] = 1
+        candidates = np.array([i for i in range(1, length - 1) if i != sep_a])
+        n = min(predictions, max(1, round(length * 0.15)), len(candidates))
+        chosen = np.sort(rng.choice(candidates, n, replace=False))
+        positions[b, :n] = chosen
+        lm_ids[b, :n] = tokens[chosen]
+        weights[b, :n] = 1.0
+    return {
+        "input_ids": ids, "input_mask": mask, "segment_ids": segments,
+        "masked_lm_positions": positions, "masked_lm_ids": lm_ids, "masked_lm_weights": weights,
+        "next_sentence_labels": rng.integers(0, 2, (batch, 1)).astype("int32"),
+    }
+
+
+def measure_one(spec: dict) -> dict:
+    """Builds one model, times its training step; returns params, compile_s, seq_per_s."""
+    import tensorflow as tf
+
+    # Must happen before TF creates its thread pools. One inter-op thread: on 2 cores, running
+    # independent ops side by side only makes them fight over the cores each already saturates.
+    tf.config.threading.set_intra_op_parallelism_threads(spec["threads"])
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+
+    import keras
+
+    from bert.pretraining import BertPretrainer, pretraining_losses
+
+    keras.utils.set_random_seed(spec["seed"])
+    config = BertConfig.from_json_file(spec["config_path"])
+    model = BertPretrainer(config, dtype=spec["precision"])
+    params = model.count_params()
+    features = random_pretraining_batch(config.vocab_size, spec["batch"], spec["seq_length"],
+                                        spec["predictions"], spec["seed"])
+    features = {k: tf.constant(v) for k, v in features.items()}
+    variables = model.trainable_variables
+
+    def train_step(features):
+        with tf.GradientTape() as tape:
+            outputs = model(features, training=True)
+            loss = pretraining_losses(outputs, features)["loss"]
+        grads = tape.gradient(loss, variables)
+        # Returning a value that depends on every gradient keeps grappler/XLA from dropping
+        # any part of the backward pass.
+        return loss, tf.linalg.global_norm(grads)
+
+    step = tf.function(train_step, jit_compile=spec["xla"])
+
+    def run_step():
+        loss, norm = step(features)
+        norm.numpy()  # block until the step is really done
+        return float(loss.numpy())
+
+    tag = f"{spec['model']} {spec['precision']} xla={'on' if spec['xla'] else 'off'}"
+    start = time.perf_counter()
+    first_loss = run_step()
+    first_call_s = time.perf_counter() - start
+    log(f"{tag}: first call {first_call_s:.1f}s (loss {first_loss:.3f})")
+    for _ in range(spec["warmup"] - 1):
+        run_step()
+
+    rates = []
+    for r in range(spec["repeats"]):
+        start = time.perf_counter()
+        for _ in range(spec["steps"]):
+            run_step()
+        elapsed = time.perf_counter() - start
+        rates.append(spec["batch"] * spec["steps"] / elapsed)
+        log(f"{tag}: repeat {r + 1}/{spec['repeats']}: {rates[-1]:.2f} seq/s")
+    seq_per_s = statistics.median(rates)
+    step_s = spec["batch"] / seq_per_s
+    return {"params": params, "compile_s": max(first_call_s - step_s, 0.0),
+            "seq_per_s": seq_per_s}
+
+
+def child_main(spec_json: str) -> None:
+    spec = json.loads(spec_json)
+    try:
+        result = measure_one(spec)
+    except Exception as err:  # reported as a table row, not a crash of the whole run
+        result = {"error": shorten_error(f"{type(err).__name__}: {err}")}
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+# ---------------------------------------------------------------------------- parent process
+
+
+def shorten_error(text: str) -> str:
+    """First informative line of a TF/Python error, cut to fit a table cell."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    line = lines[0] if lines else "unknown error"
+    for marker in ("Detected at node", "\tStack trace", " [Op:"):
+        line = line.split(marker)[0].strip()
+    line = " ".join(line.split())
+    return line if len(line) <= ERROR_WIDTH else line[:ERROR_WIDTH - 3] + "..."
+
+
+def crash_cause(stderr_lines: list[str], returncode: int) -> str:
+    # A C++ abort leaves no Python exception: the last fatal/check line on stderr names it.
+    for line in reversed(stderr_lines):
+        if any(key in line for key in ("Check failed", "F0000", "Fatal", "Error", "error:")):
+            return shorten_error(f"exit {returncode}: {line}")
+    return f"process exited with code {returncode} and no result"
+
+
+def run_child(spec: dict, timeout_s: float) -> dict:
+    env = dict(os.environ)
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    # Keep BLAS/OpenMP pools (if any library brings one) to the same core budget as TF's.
+    env.setdefault("OMP_NUM_THREADS", str(spec["threads"]))
+    proc = subprocess.Popen(
+        [sys.executable, os.path.abspath(__file__), "--_child", json.dumps(spec)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    deadline = time.monotonic() + timeout_s
+    stderr_lines: list[str] = []
+    # Forward our own progress lines live; keep TF's noise only to explain a crash.
+    import selectors
+    selector = selectors.DefaultSelector()
+    selector.register(proc.stderr, selectors.EVENT_READ)
+    while proc.poll() is None or selector.get_map():
+        if time.monotonic() > deadline:
+            proc.kill()
+            proc.wait()
+            return {"error": f"timed out after {timeout_s:.0f}s"}
+        events = selector.select(timeout=1.0)
+        if not events and proc.poll() is not None:
+            break
+        for key, _ in events:
+            line = key.fileobj.readline()
+            if not line:
+                selector.unregister(key.fileobj)
+                continue
+            if line.startswith("[bench]"):
+                sys.stderr.write(line)
+                sys.stderr.flush()
+            else:
+                stderr_lines.append(line.rstrip())
+    stdout = proc.stdout.read()
+    proc.wait()
+    for line in stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[len("RESULT "):])
+    return {"error": crash_cause(stderr_lines, proc.returncode)}
+
+
+def parse_batch_sizes(text: str | None, models: list[str]) -> dict[str, int]:
+    sizes = {m: DEFAULT_BATCH_SIZES.get(m, FALLBACK_BATCH_SIZE) for m in models}
+    if not text:
+        return sizes
+    if "=" not in text:
+        return {m: positive_int(text, "--batch_sizes") for m in models}
+    for item in text.split(","):
+        name, _, value = item.partition("=")
+        if name.strip() not in sizes:
+            raise SystemExit(f"--batch_sizes names {name.strip()!r}, which is not in --models "
+                             f"({','.join(models)}).")
+        sizes[name.strip()] = positive_int(value, "--batch_sizes")
+    return sizes
+
+
+def positive_int(text: str, flag: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise SystemExit(f"{flag}: {text!r} is not a positive integer.")
+    return value
+
+
+def config_path(model: str, seq_length: int) -> str:
+    path = model if model.endswith(".json") else os.path.join(ROOT, "configs", f"bert_{model}.json")
+    if not os.path.isfile(path):
+        raise SystemExit(f"--models: no config for {model!r} (looked for {path}); name one of "
+                         f"configs/bert_*.json without prefix and suffix, or give a .json path.")
+    try:
+        config = BertConfig.from_json_file(path)
+    except ValueError as err:
+        raise SystemExit(str(err)) from None
+    if seq_length > config.max_position_embeddings:
+        raise SystemExit(f"--seq_length {seq_length} exceeds max_position_embeddings "
+                         f"{config.max_position_embeddings} of {path}.")
+    return path
+
+
+def tensorflow_version() -> str:
+    # From the package metadata: importing TF here would spin up thread pools for nothing.
+    from importlib import metadata
+    for dist in ("tensorflow", "tensorflow-cpu"):
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return "unknown"
+
+
+def format_table(rows: list[dict]) -> str:
+    headers = ["model", "params (M)", "precision", "xla", "batch", "compile s", "seq/s",
+               "vs fp32/no-XLA"]
+    baselines = {r["model"]: r["seq_per_s"] for r in rows
+                 if r["precision"] == "float32" and not r["xla"] and "seq_per_s" in r}
+    cells = []
+    for r in rows:
+        common = [r["model"], f"{r['params'] / 1e6:.1f}" if "params" in r else "-",
+                  r["precision"], "on" if r["xla"] else "off", str(r["batch"])]
+        if "error" in r:
+            cells.append(common + ["-", "FAILED", r["error"]])
+            continue
+        base = baselines.get(r["model"])
+        speedup = f"{r['seq_per_s'] / base:.2f}x" if base else "-"
+        cells.append(common + [f"{r['compile_s']:.1f}", f"{r['seq_per_s']:.2f}", speedup])
+    # A failure's cause sits in the last column and may run past its header; it sets no width.
+    widths = [max([len(h)] + [len(c[i]) for c in cells if not (i == len(headers) - 1
+                                                               and c[6] == "FAILED")])
+              for i, h in enumerate(headers)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip()]
+    lines.append("  ".join("-" * w for w in widths))
+    for c in cells:
+        lines.append("  ".join(v.ljust(w) for v, w in zip(c, widths)).rstrip())
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", default=None,
+                        help="comma list of configs/bert_<name>.json names or .json paths "
+                             "(default tiny,small,base; --quick: tiny)")
+    parser.add_argument("--seq_length", type=int, default=128)
+    parser.add_argument("--max_predictions", type=int, default=20,
+                        help="masked LM predictions per sequence (P)")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="timed steps per repeat (default 5; --quick: 2)")
+    parser.add_argument("--repeats", type=int, default=None,
+                        help="timed repeats, the median is reported (default 3; --quick: 2)")
+    parser.add_argument("--warmup", type=int, default=None,
+                        help="untimed steps, the first one compiles (default 2; --quick: 1)")
+    parser.add_argument("--batch_sizes", default=None,
+                        help="one int for all models, or name=int pairs, e.g. tiny=32,base=4 "
+                             "(default tiny=32,small=16,base=8; --quick: 8)")
+    parser.add_argument("--precisions", default="float32,mixed_bfloat16",
+                        help=f"comma list of {', '.join(PRECISIONS)}")
+    parser.add_argument("--xla", default="on,off", help="on, off or on,off")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="TF intra-op threads (default: the cores this process may use)")
+    parser.add_argument("--seed", type=int, default=12345)
+    parser.add_argument("--timeout", type=float, default=1800.0,
+                        help="seconds before one combination is abandoned and reported as failed")
+    parser.add_argument("--quick", action="store_true", help="small smoke run (tiny model)")
+    parser.add_argument("--_child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+
+    if args._child:
+        child_main(args._child)
+        return
+
+    models = [m.strip() for m in (args.models or ("tiny" if args.quick else ",".join(DEFAULT_MODELS))).split(",") if m.strip()]
+    steps = args.steps or (2 if args.quick else 5)
+    repeats = args.repeats or (2 if args.quick else 3)
+    warmup = args.warmup or (1 if args.quick else 2)
+    batch_sizes = parse_batch_sizes(args.batch_sizes or ("8" if args.quick else None), models)
+    precisions = [p.strip() for p in args.precisions.split(",") if p.strip()]
+    for p in precisions:
+        if p not in PRECISIONS:
+            raise SystemExit(f"--precisions: {p!r} is not one of {', '.join(PRECISIONS)}.")
+    xla_modes = []
+    for x in args.xla.split(","):
+        if x.strip() not in ("on", "off"):
+            raise SystemExit(f"--xla: {x!r} is not 'on' or 'off'.")
+        xla_modes.append(x.strip() == "on")
+    # Baseline (no XLA) first so every model's reference row exists before its variants.
+    xla_modes.sort()
+    if args.seq_length < 8 or args.max_predictions < 1 or min(steps, repeats, warmup) < 1:
+        raise SystemExit("--seq_length must be >= 8 and --max_predictions, --steps, --repeats, "
+                         "--warmup >= 1.")
+    threads = args.threads or usable_cores()
+    paths = {m: config_path(m, args.seq_length) for m in models}
+
+    combos = [(m, p, x) for m in models for p in precisions for x in xla_modes]
+    log(f"{len(combos)} combinations; {threads} intra-op thread(s), 1 inter-op thread "
+        f"({usable_cores()} usable cores)")
+    rows = []
+    for i, (model, precision, xla) in enumerate(combos, 1):
+        spec = {"model": model, "config_path": paths[model], "precision": precision, "xla": xla,
+                "batch": batch_sizes[model], "seq_length": args.seq_length,
+                "predictions": args.max_predictions, "steps": steps, "repeats": repeats,
+                "warmup": warmup, "threads": threads, "seed": args.seed}
+        log(f"[{i}/{len(combos)}] {model} {precision} xla={'on' if xla else 'off'} "
+            f"batch={spec['batch']}")
+        start = time.perf_counter()
+        result = run_child(spec, args.timeout)
+        if "error" in result:
+            log(f"[{i}/{len(combos)}] FAILED: {result['error']}")
+        else:
+            log(f"[{i}/{len(combos)}] {result['seq_per_s']:.2f} seq/s "
+                f"({time.perf_counter() - start:.0f}s wall)")
+        rows.append({"model": model, "precision": precision, "xla": xla,
+                     "batch": spec["batch"], **result})
+
+    tf_version = tensorflow_version()
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            cpu = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), cpu)
+    except OSError:
+        pass
+    print(f"BERT pretraining step (forward + loss + gradients) throughput, TF {tf_version}, "
+          f"CPU: {cpu}, {threads} intra-op / 1 inter-op thread(s)")
+    print(f"seq_length {args.seq_length}, {args.max_predictions} masked predictions, "
+          f"median of {repeats} x {steps} steps after {warmup} warm-up step(s)")
+    print(format_table(rows))
+
+
+if __name__ == "__main__":
+    main()

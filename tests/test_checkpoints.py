@@ -1,0 +1,145 @@
+"""Checkpoint round trips in every layout, strictness, and the converter CLI."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from bert import checkpoints
+from bert.checkpoints import CheckpointMismatchError, load_weights, model_variables
+from bert.encoder import BertEncoder
+from bert.pretraining import BertPretrainer
+from conftest import ROOT, random_batch
+
+
+def _outputs(model, batch):
+    out = model(batch)
+    return {k: v.numpy() for k, v in out.items() if k != "encoder_outputs"}
+
+
+def _assert_same(a, b):
+    assert a.keys() == b.keys()
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k])
+
+
+@pytest.mark.parametrize("writer", ["google", "ours", "huggingface"])
+def test_round_trip_gives_identical_outputs(tiny_config, tmp_path, writer):
+    source = BertPretrainer(tiny_config)
+    batch = random_batch(tiny_config)
+    save = {"google": checkpoints.save_google, "ours": checkpoints.save_ours,
+            "huggingface": checkpoints.save_huggingface}[writer]
+    save(source, str(tmp_path))
+    config = checkpoints.read_config_beside(str(tmp_path))
+    assert config == tiny_config
+    target = BertPretrainer(config)
+    assert not np.array_equal(target.encoder.pooler.kernel.numpy(), source.encoder.pooler.kernel.numpy())
+    load_weights(target, str(tmp_path))
+    _assert_same(_outputs(source, batch), _outputs(target, batch))
+    # The encoder alone loads from the same checkpoint, ignoring the heads.
+    encoder = BertEncoder(config)
+    load_weights(encoder, str(tmp_path))
+    _assert_same(_outputs(source.encoder, batch), _outputs(encoder, batch))
+    assert not [f for f in os.listdir(tmp_path) if "tmp" in f]
+
+
+def test_google_names_and_layout(tiny_config, tmp_path):
+    model = BertPretrainer(tiny_config)
+    prefix = checkpoints.save_google(model, str(tmp_path))
+    import tensorflow as tf
+    shapes = tf.train.load_checkpoint(prefix).get_variable_to_shape_map()
+    assert shapes["bert/encoder/layer_1/attention/self/query/kernel"] == [32, 32]
+    assert shapes["bert/encoder/layer_0/intermediate/dense/kernel"] == [32, 64]  # [in, out]
+    assert shapes["cls/seq_relationship/output_weights"] == [2, 32]
+    assert shapes["cls/predictions/output_bias"] == [tiny_config.vocab_size]
+    assert set(shapes) == set(model_variables(model))
+    assert os.path.basename(prefix) == "bert_model.ckpt"
+
+
+def test_optimizer_slots_and_step_are_skipped(tiny_config, tmp_path):
+    model = BertEncoder(tiny_config)
+    arrays = {n: v.numpy() for n, v in model_variables(model).items()}
+    arrays.update({n + "/adam_m": np.zeros_like(a) for n, a in arrays.items()})
+    arrays["global_step"] = np.asarray(7, np.int64)
+    prefix = checkpoints.write_tf_checkpoint(str(tmp_path / "model.ckpt-7"), arrays)
+    weights = checkpoints.read_tf_checkpoint(prefix)
+    assert set(weights) == set(model_variables(model))
+
+
+def test_missing_and_misshaped_weights_are_named(tiny_config, tmp_path):
+    model = BertEncoder(tiny_config)
+    arrays = {n: v.numpy() for n, v in model_variables(model).items()}
+    del arrays["bert/encoder/layer_1/output/dense/bias"]
+    arrays["bert/pooler/dense/kernel"] = np.zeros((32, 31), "float32")
+    arrays["bert/encoder/layer_9/output/dense/bias"] = np.zeros((32,), "float32")
+    prefix = checkpoints.write_tf_checkpoint(str(tmp_path / "bad.ckpt"), arrays)
+    before = model.encoder if hasattr(model, "encoder") else model
+    kernel = before.pooler.kernel.numpy().copy()
+    with pytest.raises(CheckpointMismatchError) as err:
+        load_weights(model, prefix)
+    message = str(err.value)
+    assert "missing bert/encoder/layer_1/output/dense/bias" in message
+    assert "unexpected bert/encoder/layer_9/output/dense/bias" in message
+    assert "bert/pooler/dense/kernel (32, 31) vs model (32, 32)" in message
+    np.testing.assert_array_equal(kernel, model.pooler.kernel.numpy())  # nothing half-loaded
+
+
+def test_missing_checkpoint_and_vocab_mismatch_messages(tiny_config, tmp_path):
+    with pytest.raises(FileNotFoundError, match="nowhere"):
+        load_weights(BertEncoder(tiny_config), str(tmp_path / "nowhere"))
+    with pytest.raises(ValueError, match="vocab.txt has 10 tokens but the model's vocab_size is 99"):
+        checkpoints.check_vocab_size(tiny_config, 10, "vocab.txt")
+    corrupt = tmp_path / "corrupt.ckpt"
+    (tmp_path / "corrupt.ckpt.index").write_bytes(b"not a checkpoint")
+    with pytest.raises(ValueError, match="corrupt.ckpt is not a readable TensorFlow checkpoint"):
+        checkpoints.read_tf_checkpoint(str(corrupt))
+
+
+def test_huggingface_output_loads_in_transformers_with_heads(tiny_config, tmp_path):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    model = BertPretrainer(tiny_config)
+    checkpoints.save_huggingface(model, str(tmp_path))
+    assert json.loads((tmp_path / "config.json").read_text())["architectures"] == ["BertForPreTraining"]
+    reference = transformers.BertForPreTraining.from_pretrained(str(tmp_path)).eval()
+    batch = random_batch(tiny_config, batch=2, seq=12, predictions=3)
+    with torch.no_grad():
+        out = reference(input_ids=torch.tensor(batch["input_ids"], dtype=torch.long),
+                        attention_mask=torch.tensor(batch["input_mask"], dtype=torch.long),
+                        token_type_ids=torch.tensor(batch["segment_ids"], dtype=torch.long))
+    ours = model(batch)
+    scores = np.take_along_axis(out.prediction_logits.numpy(),
+                                batch["masked_lm_positions"][..., None].astype(int), axis=1)
+    assert np.abs(ours["mlm_logits"].numpy() - scores).max() < 1e-4
+    assert np.abs(ours["nsp_logits"].numpy() - out.seq_relationship_logits.numpy()).max() < 1e-4
+
+
+def _convert(*args):
+    return subprocess.run([sys.executable, "-m", "bert.convert", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_converter_cli_chain_preserves_outputs(tiny_config, tmp_path):
+    model = BertPretrainer(tiny_config)
+    checkpoints.save_huggingface(model, str(tmp_path / "hf"))
+    steps = [("hf", "google"), ("google", "ours"), ("ours", "hf2")]
+    formats = {"google": "google", "ours": "ours", "hf2": "huggingface"}
+    for src, dst in steps:
+        result = _convert("--input", str(tmp_path / src), "--output_dir", str(tmp_path / dst),
+                          "--output_format", formats[dst])
+        assert result.returncode == 0, result.stderr
+    final = BertPretrainer(tiny_config)
+    load_weights(final, str(tmp_path / "hf2"))
+    batch = random_batch(tiny_config)
+    _assert_same(_outputs(model, batch), _outputs(final, batch))
+
+
+def test_converter_cli_reports_a_bad_input_in_one_line(tmp_path):
+    result = _convert("--input", str(tmp_path / "absent"), "--output_dir", str(tmp_path / "out"),
+                      "--output_format", "google")
+    assert result.returncode == 1
+    assert result.stderr.strip().startswith("error: ") and "absent" in result.stderr
+    assert "Traceback" not in result.stderr
