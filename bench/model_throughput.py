@@ -13,6 +13,11 @@ Each combination runs in its own child process: an XLA compile failure on CPU ca
 process from C++ rather than raise, and a fresh process also gives every row the same clean
 allocator and thread-pool state. A failing combination prints its row with the shortened cause.
 
+Threads: TF gets one intra-op thread per usable core and a single inter-op thread. The
+development machine has only 2 cores, where parallel independent ops only contend for the
+cores that each matmul already fills; absolute numbers there are small and say little about
+GPUs, but the ratios between rows are what this table is for.
+
 Columns: compile s is the first call's extra time over a steady step (tracing, plus XLA
 compilation when on); seq/s is the median over --repeats timed blocks of --steps steps each,
 after --warmup untimed steps; speed-up is against float32 / XLA off of the same model.
@@ -24,6 +29,7 @@ import argparse
 import json
 import os
 import platform
+import selectors
 import statistics
 import subprocess
 import sys
@@ -205,7 +211,6 @@ def run_child(spec: dict, timeout_s: float) -> dict:
     deadline = time.monotonic() + timeout_s
     stderr_lines: list[str] = []
     # Forward our own progress lines live; keep TF's noise only to explain a crash.
-    import selectors
     selector = selectors.DefaultSelector()
     selector.register(proc.stderr, selectors.EVENT_READ)
     while proc.poll() is None or selector.get_map():
@@ -344,7 +349,8 @@ def main() -> None:
         child_main(args._child)
         return
 
-    models = [m.strip() for m in (args.models or ("tiny" if args.quick else ",".join(DEFAULT_MODELS))).split(",") if m.strip()]
+    default_models = "tiny" if args.quick else ",".join(DEFAULT_MODELS)
+    models = [m.strip() for m in (args.models or default_models).split(",") if m.strip()]
     steps = args.steps or (2 if args.quick else 5)
     repeats = args.repeats or (2 if args.quick else 3)
     warmup = args.warmup or (1 if args.quick else 2)
@@ -391,7 +397,8 @@ def main() -> None:
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
-            cpu = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), cpu)
+            cpu = next((line.split(":", 1)[1].strip() for line in f
+                        if line.startswith("model name")), cpu)
     except OSError:
         pass
     print(f"BERT pretraining step (forward + loss + gradients) throughput, TF {tf_version}, "

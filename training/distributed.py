@@ -1,0 +1,77 @@
+"""The one seam to Horovod. Imported lazily; without Horovod everything runs single-process.
+
+Keras 3 variables are not tf.Variables, so hvd.DistributedGradientTape and
+hvd.broadcast_variables fail on them ("'Variable' object has no attribute 'ref'"): gradients
+are reduced as plain tensors with grouped_allreduce, and variables are broadcast value by value.
+"""
+
+from __future__ import annotations
+
+import functools
+
+
+class _SingleProcess:
+    """Stands in for Horovod when it is absent or not wanted (size 1, rank 0)."""
+
+    def rank(self):
+        return 0
+
+    def local_rank(self):
+        return 0
+
+    def size(self):
+        return 1
+
+
+@functools.lru_cache(maxsize=None)
+def _backend(use_horovod: bool):
+    if not use_horovod:
+        return _SingleProcess()
+    try:
+        import horovod.tensorflow as hvd
+    except ImportError as err:
+        raise RuntimeError("Horovod is not installed in this environment; run "
+                           "`bash scripts/setup.sh` (or train with one process).") from err
+    hvd.init()
+    return hvd
+
+
+class Distributed:
+    """Rank, size, gradient averaging and variable broadcast; Horovod only when asked for."""
+
+    def __init__(self, use_horovod: bool = False):
+        self.use_horovod = use_horovod
+        self._hvd = _backend(use_horovod)
+
+    @property
+    def rank(self) -> int:
+        return self._hvd.rank()
+
+    @property
+    def local_rank(self) -> int:
+        return self._hvd.local_rank()
+
+    @property
+    def size(self) -> int:
+        return self._hvd.size()
+
+    @property
+    def is_chief(self) -> bool:
+        return self.rank == 0
+
+    def average(self, tensors, compression_fp16: bool = False):
+        """Averages a list of dense tensors across workers (identity with one worker)."""
+        if self.size == 1:
+            return list(tensors)
+        hvd = self._hvd
+        compression = hvd.Compression.fp16 if compression_fp16 else hvd.Compression.none
+        return hvd.grouped_allreduce(list(tensors), op=hvd.Average, compression=compression)
+
+    def broadcast_variables(self, variables, root_rank: int = 0) -> None:
+        """Copies every variable's value from root_rank, so all workers start identical."""
+        if self.size == 1:
+            return
+        import tensorflow as tf
+        for i, variable in enumerate(variables):
+            value = tf.convert_to_tensor(variable)
+            variable.assign(self._hvd.broadcast(value, root_rank, name=f"broadcast_{i}"))
