@@ -86,16 +86,17 @@ def count_lines(input_file: str) -> int:
 
 def read_examples(input_file: str):
     """Yields (text_a, text_b or None) per line, as Google's read_examples (empty lines included)."""
-    with open(input_file, encoding="utf-8", newline="\n") as f:
-        line_number = 0
-        try:
-            for line_number, line in enumerate(f, start=1):
-                line = line.strip()
-                match = _PAIR.match(line)
-                yield (line, None) if match is None else (match.group(1), match.group(2))
-        except UnicodeDecodeError as err:
-            raise ValueError(f"{input_file} is not UTF-8 text (line {line_number + 1}: "
-                             f"{err.reason}).") from None
+    # Binary lines split on b"\n" only, as count_lines counts them and tf.gfile's readline does.
+    with open(input_file, "rb") as f:
+        for line_number, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8").strip()
+            except UnicodeDecodeError as err:
+                # Google decodes with errors="ignore"; silently dropping text is worse than a stop.
+                raise ValueError(f"{input_file} line {line_number} is not UTF-8 text "
+                                 f"({err.reason}).") from None
+            match = _PAIR.match(line)
+            yield (line, None) if match is None else (match.group(1), match.group(2))
 
 
 def parse_layers(spec: str, num_layers: int) -> list[int]:

@@ -1,5 +1,6 @@
 """extract_features.py against transformers' BertModel on real MiniLM weights, and its errors."""
 
+import io
 import json
 import os
 import subprocess
@@ -82,12 +83,13 @@ def google_dir(io_dir, minilm_dir):
 
 @pytest.fixture(scope="module")
 def google_output(io_dir, google_dir):
-    output = str(io_dir / "google.jsonl")
+    output, log = str(io_dir / "google.jsonl"), io.StringIO()
     count = ef.run(str(io_dir / "input.txt"), output, os.path.join(google_dir, "bert_model.ckpt"),
                    bert_config_file=os.path.join(google_dir, "bert_config.json"),
                    vocab_file=os.path.join(google_dir, "vocab.txt"), layers=LAYERS,
-                   batch_size=BATCH, log=open(os.devnull, "w"))
+                   batch_size=BATCH, log=log)
     assert count == len(EXAMPLES)
+    assert f"{count}/{count} lines (100%)" in log.getvalue()
     return output
 
 
@@ -178,11 +180,11 @@ def test_checkpoint_that_does_not_fit_leaves_no_output(io_dir, google_dir, tmp_p
     from bert.config import BertConfig
 
     config = BertConfig.from_json_file(os.path.join(google_dir, "bert_config.json"))
-    values = dict(config.to_dict(), num_hidden_layers=5)
+    values = dict(config.to_dict(), num_hidden_layers=1)
     config_file = tmp_path / "bert_config.json"
     config_file.write_text(json.dumps(values))
     output = tmp_path / "out.jsonl"
-    with pytest.raises(CheckpointMismatchError, match="unexpected bert/encoder/layer_5/"):
+    with pytest.raises(CheckpointMismatchError, match="unexpected bert/encoder/layer_1/"):
         ef.run(str(io_dir / "input.txt"), str(output), google_dir,
                bert_config_file=str(config_file), layers="-1")
     assert os.listdir(tmp_path) == ["bert_config.json"]
@@ -209,6 +211,9 @@ def test_read_examples_follows_google(tmp_path):
     assert ef.count_lines(str(path)) == 6
     path.write_text("a\nb\n")
     assert ef.count_lines(str(path)) == 2 == len(list(ef.read_examples(str(path))))
+    path.write_bytes(b"fine\nlatin-1 caf\xe9\n")
+    with pytest.raises(ValueError, match=r"lines.txt line 2 is not UTF-8 text"):
+        list(ef.read_examples(str(path)))
 
 
 def test_round6_equals_pythons_round():
