@@ -1,4 +1,4 @@
-"""Extracts fixed contextual embeddings from a BERT checkpoint, as Google's extract_features.py.
+r"""Extracts fixed contextual embeddings from a BERT checkpoint, as Google's extract_features.py.
 
     python extract_features.py --input_file=input.txt --output_file=output.jsonl \
         --init_checkpoint=uncased_L-12_H-768_A-12/bert_model.ckpt \
@@ -51,25 +51,31 @@ _PAIR = re.compile(r"^(.*) \|\|\| (.*)$")
 _PROGRESS_EVERY_S = 2.0
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("input_file", None, "Text file, one example per line; 'A ||| B' is a pair.")
-flags.DEFINE_string("output_file", None, "JSON-lines output, one object per input line.")
-flags.DEFINE_string("init_checkpoint", None,
-                    "Google TF1 checkpoint (prefix or directory), our checkpoint directory, or a "
-                    "Hugging Face directory with model.safetensors.")
-flags.DEFINE_string("bert_config_file", None,
-                    "bert_config.json (or a Hugging Face config.json); default: the one beside "
-                    "--init_checkpoint.")
-flags.DEFINE_string("vocab_file", None,
-                    "WordPiece vocab.txt; default: vocab.txt beside --init_checkpoint unless "
-                    "--spm_model_file is given.")
-flags.DEFINE_string("spm_model_file", None, "SentencePiece model, instead of --vocab_file.")
-flags.DEFINE_string("layers", "-1,-2,-3,-4",
-                    "Comma-separated layer indexes: -1 is the last layer, 0 the first.")
-flags.DEFINE_integer("max_seq_length", 128,
-                     "Maximum tokens per example, [CLS]/[SEP] included; longer ones are truncated.")
-flags.DEFINE_integer("batch_size", 32, "Examples per inference batch.")
-flags.DEFINE_bool("do_lower_case", True, "Lower-case the input (uncased models).")
-flags.DEFINE_enum("precision", "float32", list(PRECISIONS), "Compute precision of the encoder.")
+
+
+def define_flags():
+    """Google's flags (plus --spm_model_file, --precision). Defined only when run as a script, so
+    that tests can import this module beside other entry points defining the same names."""
+    flags.DEFINE_string("input_file", None, "Text file, one example per line; 'A ||| B' is a pair.")
+    flags.DEFINE_string("output_file", None, "JSON-lines output, one object per input line.")
+    flags.DEFINE_string("init_checkpoint", None,
+                        "Google TF1 checkpoint (prefix or directory), our checkpoint directory, or a "
+                        "Hugging Face directory with model.safetensors.")
+    flags.DEFINE_string("bert_config_file", None,
+                        "bert_config.json (or a Hugging Face config.json); default: the one beside "
+                        "--init_checkpoint.")
+    flags.DEFINE_string("vocab_file", None,
+                        "WordPiece vocab.txt; default: vocab.txt beside --init_checkpoint unless "
+                        "--spm_model_file is given.")
+    flags.DEFINE_string("spm_model_file", None, "SentencePiece model, instead of --vocab_file.")
+    flags.DEFINE_string("layers", "-1,-2,-3,-4",
+                        "Comma-separated layer indexes: -1 is the last layer, 0 the first.")
+    flags.DEFINE_integer("max_seq_length", 128,
+                         "Maximum tokens per example, [CLS]/[SEP] included; longer lines are "
+                         "truncated.")
+    flags.DEFINE_integer("batch_size", 32, "Examples per inference batch.")
+    flags.DEFINE_bool("do_lower_case", True, "Lower-case the input (uncased models).")
+    flags.DEFINE_enum("precision", "float32", list(PRECISIONS), "Compute precision of the encoder.")
 
 
 # --- input ---------------------------------------------------------------------------------------
@@ -258,12 +264,14 @@ class _Progress:
 
 def run(input_file: str, output_file: str, init_checkpoint: str, *, bert_config_file=None,
         vocab_file=None, spm_model_file=None, layers="-1,-2,-3,-4", max_seq_length=128,
-        batch_size=32, do_lower_case=True, precision="float32", log=sys.stderr) -> int:
+        batch_size=32, do_lower_case=True, precision="float32", log=None) -> int:
     """Writes the features of every line of `input_file` to `output_file`; returns the count.
 
-    Every check a user can fail (paths, config, vocab, layers, checkpoint) runs before the
-    encoder is built. Raises app.UsageError, ValueError or OSError with one sentence.
+    Every check a user can fail (paths, config, vocab, layers) runs before TensorFlow is
+    imported, the checkpoint's before any inference. Raises app.UsageError, ValueError (such as
+    CheckpointMismatchError) or OSError with one sentence. Progress goes to `log` (stderr).
     """
+    log = sys.stderr if log is None else log
     if not input_file:
         raise app.UsageError("--input_file is required.")
     if not os.path.isfile(input_file):
@@ -359,4 +367,5 @@ def main(argv):
 
 if __name__ == "__main__":
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    define_flags()
     app.run(main)

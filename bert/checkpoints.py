@@ -303,8 +303,15 @@ def load_weights(model, path: str, ignore_prefixes: tuple[str, ...] | None = Non
 
 
 def check_vocab_size(config: BertConfig, vocab_size: int, vocab_source: str) -> None:
-    """A vocab file whose size differs from the checkpoint's embedding table is an error."""
-    if vocab_size != config.vocab_size:
+    """A vocab file that does not fit the checkpoint's embedding table is an error.
+
+    Equal sizes fit. So does a table padded past the vocab to a multiple of 8 (NVIDIA pads
+    30522 to 30528 for tensor cores; Megatron-style padding reaches a multiple of 128): the
+    extra rows are never looked up. Anything else means the vocab is not the model's.
+    """
+    padding = config.vocab_size - vocab_size
+    padded = 0 < padding < 128 and config.vocab_size % 8 == 0
+    if padding != 0 and not padded:
         raise ValueError(f"{vocab_source} has {vocab_size} tokens but the model's vocab_size is "
                          f"{config.vocab_size}: use the vocab the checkpoint was trained with.")
 

@@ -92,6 +92,13 @@ def test_missing_checkpoint_and_vocab_mismatch_messages(tiny_config, tmp_path):
         load_weights(BertEncoder(tiny_config), str(tmp_path / "nowhere"))
     with pytest.raises(ValueError, match="vocab.txt has 10 tokens but the model's vocab_size is 99"):
         checkpoints.check_vocab_size(tiny_config, 10, "vocab.txt")
+    import dataclasses
+    nvidia = dataclasses.replace(tiny_config, vocab_size=30528)
+    checkpoints.check_vocab_size(nvidia, 30522, "vocab.txt")  # padded to a multiple of 8: fits
+    with pytest.raises(ValueError, match="has 30530 tokens"):
+        checkpoints.check_vocab_size(nvidia, 30530, "vocab.txt")
+    with pytest.raises(ValueError, match="has 28996 tokens"):
+        checkpoints.check_vocab_size(nvidia, 28996, "vocab.txt")  # a cased vocab on an uncased model
     corrupt = tmp_path / "corrupt.ckpt"
     (tmp_path / "corrupt.ckpt.index").write_bytes(b"not a checkpoint")
     with pytest.raises(ValueError, match="corrupt.ckpt is not a readable TensorFlow checkpoint"):
