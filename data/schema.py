@@ -1,0 +1,324 @@
+"""The TFRecord schema of pretraining examples: the one module the writer and the reader share.
+
+Each record is a tf.train.Example with these features (S = max_seq_length,
+P = max_predictions_per_seq), the layout of Google's and NVIDIA's readers:
+
+    input_ids            int64 [S]  [CLS] A [SEP] B [SEP], zero padded
+    input_mask           int64 [S]  1 for real tokens, 0 for padding
+    segment_ids          int64 [S]  0 for [CLS] A [SEP], 1 for B [SEP], 0 for padding
+    masked_lm_positions  int64 [P]  zero padded
+    masked_lm_ids        int64 [P]  the original token ids, zero padded
+    masked_lm_weights    float [P]  1.0 for real predictions, 0.0 for padding
+    next_sentence_labels int64 [1]  1 = B is a random sentence, 0 = B really follows A
+
+Writing: `serialize_example` builds the protobuf bytes directly (no message objects) in
+protobuf's deterministic form, which sorts map keys. Google's writer goes through
+`tf.train.Example.SerializeToString()`, whose map order is a hash order that even changes
+between processes, so "the same bytes as Google" only has one stable meaning: the
+deterministic serialization of the same values, which is what this produces (and what
+`SerializeToString(deterministic=True)` gives). Every protobuf reader parses both alike.
+
+Framing: TFRecord files hold `uint64 length, uint32 masked_crc32c(length), data,
+uint32 masked_crc32c(data)` per record. `RecordWriter`, `read_records` and `count_records`
+implement it in plain Python (with the C CRC when data/instances_native.c builds), so the
+writer never imports TensorFlow. Reading into the model goes through `parse_examples`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import struct
+
+INPUT_IDS = "input_ids"
+INPUT_MASK = "input_mask"
+SEGMENT_IDS = "segment_ids"
+MASKED_LM_POSITIONS = "masked_lm_positions"
+MASKED_LM_IDS = "masked_lm_ids"
+MASKED_LM_WEIGHTS = "masked_lm_weights"
+NEXT_SENTENCE_LABELS = "next_sentence_labels"
+
+SEQ = "max_seq_length"
+PRED = "max_predictions_per_seq"
+
+
+@dataclasses.dataclass(frozen=True)
+class Feature:
+    name: str
+    dtype: str  # "int64" or "float32" (tf.train.FloatList holds float32)
+    length: str | int  # SEQ, PRED or a fixed count
+
+
+# Google's order (the order its writer adds them); data/instances_native.c numbers the
+# features in this order too.
+FEATURES = (
+    Feature(INPUT_IDS, "int64", SEQ),
+    Feature(INPUT_MASK, "int64", SEQ),
+    Feature(SEGMENT_IDS, "int64", SEQ),
+    Feature(MASKED_LM_POSITIONS, "int64", PRED),
+    Feature(MASKED_LM_IDS, "int64", PRED),
+    Feature(MASKED_LM_WEIGHTS, "float32", PRED),
+    Feature(NEXT_SENTENCE_LABELS, "int64", 1),
+)
+FEATURE_NAMES = tuple(f.name for f in FEATURES)
+# Protobuf's deterministic serialization writes map entries sorted by key.
+SERIALIZATION_ORDER = tuple(sorted(FEATURE_NAMES))
+_BY_NAME = {f.name: f for f in FEATURES}
+
+
+def feature_lengths(max_seq_length, max_predictions_per_seq):
+    """Returns {feature name: number of values} for the given sizes."""
+    sizes = {SEQ: max_seq_length, PRED: max_predictions_per_seq}
+    return {f.name: sizes.get(f.length, f.length) for f in FEATURES}
+
+
+def feature_spec(max_seq_length, max_predictions_per_seq):
+    """Google's reader spec: {name: tf.io.FixedLenFeature([length], tf.int64 | tf.float32)}."""
+    import tensorflow as tf
+
+    lengths = feature_lengths(max_seq_length, max_predictions_per_seq)
+    return {
+        f.name: tf.io.FixedLenFeature([lengths[f.name]], tf.float32 if f.dtype == "float32" else tf.int64)
+        for f in FEATURES
+    }
+
+
+def parse_examples(serialized, max_seq_length, max_predictions_per_seq):
+    """Parses a batch of serialized examples [B] into model inputs.
+
+    Returns a dict of int32 tensors [B, S] / [B, P] / [B, 1] (int64 is what tf.train.Example
+    stores; TPUs and the model want int32) and float32 masked_lm_weights [B, P].
+    """
+    import tensorflow as tf
+
+    parsed = tf.io.parse_example(serialized, feature_spec(max_seq_length, max_predictions_per_seq))
+    return {
+        name: tf.cast(value, tf.int32) if value.dtype == tf.int64 else value
+        for name, value in parsed.items()
+    }
+
+
+# ---- serialization ------------------------------------------------------------------------
+
+_VARINT_CACHE = [bytes([v]) if v < 0x80 else bytes([(v & 0x7F) | 0x80, v >> 7]) for v in range(1 << 14)]
+
+
+def _varint(value):
+    if 0 <= value < 1 << 14:
+        return _VARINT_CACHE[value]
+    value &= (1 << 64) - 1  # negative int64: ten bytes of two's complement, as protobuf writes
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _entry(name, dtype, values):
+    if dtype == "float32":
+        packed = struct.pack(f"<{len(values)}f", *values)
+        list_tag = b"\x12"  # Feature.float_list = 2
+    else:
+        packed = b"".join(_varint(int(v)) for v in values)
+        list_tag = b"\x1a"  # Feature.int64_list = 3
+    # XList { repeated value = 1 [packed] }; an empty repeated field is omitted.
+    value_list = b"\x0a" + _varint(len(packed)) + packed if len(values) else b""
+    feature = list_tag + _varint(len(value_list)) + value_list
+    key = name.encode()
+    # Features.feature map entry { key = 1; value = 2 }.
+    entry = b"\x0a" + _varint(len(key)) + key + b"\x12" + _varint(len(feature)) + feature
+    return b"\x0a" + _varint(len(entry)) + entry
+
+
+def serialize_example(features):
+    """Serializes {feature name: sequence of values} to tf.train.Example bytes.
+
+    Every name in FEATURE_NAMES must be present; the values are written as given (the
+    writer pads them). The bytes equal `tf.train.Example(...).SerializeToString(
+    deterministic=True)` for the same values.
+    """
+    missing = [n for n in FEATURE_NAMES if n not in features]
+    if missing:
+        raise KeyError(f"serialize_example needs the features {missing}.")
+    body = b"".join(_entry(n, _BY_NAME[n].dtype, features[n]) for n in SERIALIZATION_ORDER)
+    return b"\x0a" + _varint(len(body)) + body  # Example { features = 1 }
+
+
+def pad_features(input_ids, segment_ids, masked_lm_positions, masked_lm_ids, is_random_next,
+                 max_seq_length, max_predictions_per_seq):
+    """Google's writer step: one instance's ids -> the padded feature dict of the schema."""
+    n, m = len(input_ids), len(masked_lm_positions)
+    if n > max_seq_length or len(segment_ids) != n:
+        raise ValueError(f"An instance of {n} tokens does not fit max_seq_length={max_seq_length}.")
+    if m > max_predictions_per_seq or len(masked_lm_ids) != m:
+        raise ValueError(f"{m} predictions exceed max_predictions_per_seq={max_predictions_per_seq}.")
+    pad, pad_p = [0] * (max_seq_length - n), [0] * (max_predictions_per_seq - m)
+    return {
+        INPUT_IDS: list(input_ids) + pad,
+        INPUT_MASK: [1] * n + pad,
+        SEGMENT_IDS: list(segment_ids) + pad,
+        MASKED_LM_POSITIONS: list(masked_lm_positions) + pad_p,
+        MASKED_LM_IDS: list(masked_lm_ids) + pad_p,
+        MASKED_LM_WEIGHTS: [1.0] * m + [0.0] * (max_predictions_per_seq - m),
+        NEXT_SENTENCE_LABELS: [1 if is_random_next else 0],
+    }
+
+
+def native_layout():
+    """(keys bytes, key lengths, feature numbers) in serialization order, for the C writer."""
+    keys = b"".join(n.encode() for n in SERIALIZATION_ORDER)
+    lengths = [len(n.encode()) for n in SERIALIZATION_ORDER]
+    kinds = [FEATURE_NAMES.index(n) for n in SERIALIZATION_ORDER]
+    return keys, lengths, kinds
+
+
+# ---- TFRecord framing ---------------------------------------------------------------------
+
+
+def _crc32c_table():
+    table = []
+    for i in range(256):
+        c = i
+        for _ in range(8):
+            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+        table.append(c)
+    return table
+
+
+_CRC_TABLE = None
+
+
+def crc32c(data):
+    """CRC-32C (Castagnoli) of bytes, in C when the native helper builds."""
+    from data import instances_native
+
+    lib = instances_native.load(required=False)
+    if lib is not None:
+        return instances_native.crc32c(lib, data)
+    global _CRC_TABLE
+    if _CRC_TABLE is None:
+        _CRC_TABLE = _crc32c_table()
+    table, c = _CRC_TABLE, 0xFFFFFFFF
+    for b in bytes(data):
+        c = (c >> 8) ^ table[(c ^ b) & 0xFF]
+    return c ^ 0xFFFFFFFF
+
+
+def masked_crc32c(data):
+    c = crc32c(data)
+    return (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def frame_record(data):
+    """One TFRecord: length, masked CRC of the length, data, masked CRC of the data."""
+    header = struct.pack("<Q", len(data))
+    return header + struct.pack("<I", masked_crc32c(header)) + data + struct.pack("<I", masked_crc32c(data))
+
+
+class RecordWriter:
+    """Writes TFRecord files without TensorFlow: `write(example_bytes)` frames one record,
+    `write_framed(buffer)` appends records framed elsewhere (the C writer)."""
+
+    def __init__(self, path):
+        self.path = path
+        self._file = open(path, "wb")
+
+    def write(self, data):
+        self._file.write(frame_record(data))
+
+    def write_framed(self, buffer):
+        self._file.write(buffer)
+
+    def close(self):
+        if not self._file.closed:
+            self._file.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class CorruptRecordError(ValueError):
+    """A TFRecord file is truncated or fails its CRC; the message names the file."""
+
+
+def _open(path):
+    # Local files with open(); other schemes (gs://, hdfs://) through tf.io.gfile.
+    if "://" in path:
+        import tensorflow as tf
+
+        return tf.io.gfile.GFile(path, "rb")
+    return open(path, "rb")
+
+
+def read_records(path, verify=True, limit=None):
+    """Yields the data of each record of a TFRecord file (at most `limit`).
+
+    Raises CorruptRecordError naming the file and the byte offset of a truncated record or
+    (with `verify`) a CRC mismatch.
+    """
+    with _open(path) as f:
+        offset, n = 0, 0
+        while limit is None or n < limit:
+            header = f.read(12)
+            if not header:
+                return
+            if len(header) < 12:
+                raise CorruptRecordError(f"{path}: truncated record header at byte {offset}.")
+            (length,) = struct.unpack("<Q", header[:8])
+            if verify and struct.unpack("<I", header[8:])[0] != masked_crc32c(header[:8]):
+                raise CorruptRecordError(
+                    f"{path}: corrupt record header at byte {offset} (CRC mismatch); "
+                    "is this a TFRecord file?"
+                )
+            data = f.read(length)
+            footer = f.read(4)
+            if len(data) < length or len(footer) < 4:
+                raise CorruptRecordError(f"{path}: truncated record at byte {offset}.")
+            if verify and struct.unpack("<I", footer)[0] != masked_crc32c(data):
+                raise CorruptRecordError(f"{path}: corrupt record at byte {offset} (CRC mismatch).")
+            yield data
+            offset += 16 + length
+            n += 1
+
+
+def count_records(path):
+    """Number of records in one TFRecord file, by walking the length headers (no CRC check).
+
+    Raises CorruptRecordError naming the file if it ends inside a record.
+    """
+    if "://" in path:
+        return sum(1 for _ in read_records(path, verify=False))
+    size = os.path.getsize(path)
+    count, offset = 0, 0
+    with open(path, "rb") as f:
+        while offset < size:
+            f.seek(offset)
+            header = f.read(8)
+            if len(header) < 8:
+                raise CorruptRecordError(f"{path}: truncated record header at byte {offset}.")
+            offset += 16 + struct.unpack("<Q", header)[0]
+            if offset > size:
+                raise CorruptRecordError(f"{path}: truncated record at the end of the file.")
+            count += 1
+    return count
+
+
+def example_lengths(data):
+    """{feature name: (kind, number of values)} of one serialized tf.train.Example.
+
+    kind is "int64", "float32" or "bytes"; used to check records against the expected
+    sizes with a clear message. Uses the protobuf classes that ship with TensorFlow.
+    """
+    from tensorflow.core.example import example_pb2
+
+    example = example_pb2.Example.FromString(data)
+    out = {}
+    for name, feature in example.features.feature.items():
+        kind = feature.WhichOneof("kind")
+        values = getattr(feature, kind).value if kind else []
+        out[name] = ({"int64_list": "int64", "float_list": "float32"}.get(kind, "bytes"), len(values))
+    return out
