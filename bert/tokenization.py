@@ -143,6 +143,12 @@ class WordPieceTokenizer(_TokenizerBase):
         # strings empty, so it serves ids only.
         self._encode_ids_batch = getattr(tokenizer, "encode_batch_fast", tokenizer.encode_batch)
 
+    @property
+    def backend(self):
+        """The Rust `tokenizers.Tokenizer` doing the work (read by data/instances_native.py,
+        which mirrors its normalizer and pre-tokenizer in C)."""
+        return self._tokenizer
+
     def tokenize_batch(self, texts):
         """list[str] -> list of token-string lists."""
         encodings = self._tokenizer.encode_batch(list(texts), add_special_tokens=False)

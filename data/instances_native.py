@@ -376,7 +376,7 @@ def _hf_parts(tokenizer):
     plain BertNormalizer + BertPreTokenizer + WordPiece("##") pipeline this path mirrors."""
     from tokenizers import models, normalizers, pre_tokenizers
 
-    hf = getattr(tokenizer, "_tokenizer", None)
+    hf = getattr(tokenizer, "backend", None)
     if hf is None or not hasattr(hf, "normalizer"):
         return None
     model = hf.model
