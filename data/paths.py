@@ -1,0 +1,126 @@
+"""Where every data stage reads and writes: the one place that defines the on-disk layout.
+
+The root is `BERT_DATA_DIR` (default `<repo>/data_dir`). Entry points resolve it with
+`data_root(os.environ)`; library code takes the resolved path. The layout follows NVIDIA's
+bertPrep so its users find things where they expect them:
+
+    <root>/download/<dataset>/...                                 raw downloads (+ manifest.json)
+    <root>/formatted/<dataset>/<dataset>_one_article_per_line.txt  one document per line
+    <root>/sharded_training_shards_<N>_test_shards_<M>_fraction_<F>/<dataset>/{training,test}/
+                                                                  <dataset>_{training,test}_<i>.txt
+    <root>/vocab/<dataset>/vocab.txt   (or spm.model)             a vocabulary trained on the shards
+    <root>/tfrecord/lower_case_<0|1>_seq_len_<S>_max_pred_<P>_masked_lm_prob_<p>_random_seed_<r>_
+        dupe_factor_<d>_shard_<N>_test_split_<pct>/<dataset>/{training,test}/<shard>.tfrecord
+
+`python -m data.paths` prints the defaults (what scripts/run_pretraining_lamb.sh reads).
+"""
+
+from __future__ import annotations
+
+import os
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DATA_DIR_ENV = "BERT_DATA_DIR"
+DEFAULT_DATA_DIR = os.path.join(REPO_ROOT, "data_dir")
+
+# NVIDIA's recipe, which the launchers default to.
+DEFAULT_DATASET = "wikicorpus_en"
+DEFAULT_TRAINING_SHARDS = 256
+DEFAULT_TEST_SHARDS = 16
+DEFAULT_FRACTION_TEST = 0.1
+PHASE1 = {"max_seq_length": 128, "max_predictions_per_seq": 20}
+PHASE2 = {"max_seq_length": 512, "max_predictions_per_seq": 80}
+DEFAULT_TFRECORD_PARAMS = {"do_lower_case": True, "masked_lm_prob": 0.15, "random_seed": 12345,
+                           "dupe_factor": 5}
+SPLITS = ("training", "test")
+
+
+def data_root(environ=None, explicit=None) -> str:
+    """The data root: `explicit` if given, else $BERT_DATA_DIR from `environ`, else <repo>/data_dir."""
+    if explicit:
+        return os.path.abspath(explicit)
+    value = (environ or {}).get(DATA_DIR_ENV)
+    return os.path.abspath(value) if value else DEFAULT_DATA_DIR
+
+
+def download_dir(root: str, dataset: str) -> str:
+    return os.path.join(root, "download", dataset)
+
+
+def formatted_file(root: str, dataset: str) -> str:
+    return os.path.join(root, "formatted", dataset, f"{dataset}_one_article_per_line.txt")
+
+
+def format_fraction(fraction: float) -> str:
+    # repr keeps 0.1 as "0.1" (not "0.10000000000000001"), and 0.0 as "0.0".
+    return repr(float(fraction))
+
+
+def sharded_dir(root: str, dataset: str, n_training_shards: int, n_test_shards: int,
+                fraction_test: float) -> str:
+    name = (f"sharded_training_shards_{n_training_shards}_test_shards_{n_test_shards}"
+            f"_fraction_{format_fraction(fraction_test)}")
+    return os.path.join(root, name, dataset)
+
+
+def shard_name(dataset: str, split: str, index: int, ext: str = "txt") -> str:
+    return f"{dataset}_{split}_{index}.{ext}"
+
+
+def vocab_dir(root: str, dataset: str) -> str:
+    return os.path.join(root, "vocab", dataset)
+
+
+def tfrecord_dir(root: str, dataset: str, *, do_lower_case: bool, max_seq_length: int,
+                 max_predictions_per_seq: int, masked_lm_prob: float, random_seed: int,
+                 dupe_factor: int, n_training_shards: int, fraction_test: float) -> str:
+    """NVIDIA's directory name for one set of TFRecord parameters (its launchers glob <this>/training/*)."""
+    name = (f"lower_case_{int(bool(do_lower_case))}_seq_len_{max_seq_length}"
+            f"_max_pred_{max_predictions_per_seq}_masked_lm_prob_{format_fraction(masked_lm_prob)}"
+            f"_random_seed_{random_seed}_dupe_factor_{dupe_factor}"
+            f"_shard_{n_training_shards}_test_split_{int(round(fraction_test * 100))}")
+    return os.path.join(root, "tfrecord", name, dataset)
+
+
+def default_pretraining_dirs(root: str, dataset: str = DEFAULT_DATASET,
+                             n_training_shards: int = DEFAULT_TRAINING_SHARDS,
+                             fraction_test: float = DEFAULT_FRACTION_TEST, **overrides) -> dict:
+    """{'phase1': dir, 'phase2': dir}: the TFRecord dirs of NVIDIA's recipe (each has training/ and test/).
+
+    `overrides` replace entries of DEFAULT_TFRECORD_PARAMS (do_lower_case, masked_lm_prob,
+    random_seed, dupe_factor).
+    """
+    settings = {**DEFAULT_TFRECORD_PARAMS, **overrides}
+    return {
+        phase: tfrecord_dir(root, dataset, n_training_shards=n_training_shards,
+                            fraction_test=fraction_test, **params, **settings)
+        for phase, params in (("phase1", PHASE1), ("phase2", PHASE2))
+    }
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Print the default data locations.")
+    parser.add_argument("what", nargs="?", default="all",
+                        choices=("all", "root", "phase1", "phase2", "vocab"))
+    parser.add_argument("--dataset", default=DEFAULT_DATASET)
+    parser.add_argument("--n_training_shards", type=int, default=DEFAULT_TRAINING_SHARDS)
+    parser.add_argument("--fraction_test_set", type=float, default=DEFAULT_FRACTION_TEST)
+    parser.add_argument("--dupe_factor", type=int, default=DEFAULT_TFRECORD_PARAMS["dupe_factor"])
+    parser.add_argument("--data_dir", default=None, help=f"overrides ${DATA_DIR_ENV}")
+    args = parser.parse_args(argv)
+    root = data_root(os.environ, args.data_dir)
+    dirs = default_pretraining_dirs(root, args.dataset, args.n_training_shards, args.fraction_test_set,
+                                    dupe_factor=args.dupe_factor)
+    values = {"root": root, **dirs, "vocab": os.path.join(vocab_dir(root, args.dataset), "vocab.txt")}
+    if args.what == "all":
+        for key, value in values.items():
+            print(f"{key}\t{value}")
+    else:
+        print(values[args.what])
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,350 @@
+"""Text formatting stage: a raw corpus -> one clean document per line (NVIDIA's formatted layout).
+
+Inputs, optionally compressed (.bz2, .gz, .xz):
+- a MediaWiki XML dump (`*.xml`): articles only (see data/wikipedia.py);
+- plain text (`*.txt` and anything else): documents separated by blank lines, the lines of a
+  document joined by spaces; with `one_document_per_line` each non-empty line is a document;
+- JSONL (`*.jsonl`, `*.json`, `*.ndjson`): one JSON object per line, the document in `text_key`.
+
+Output: UTF-8, one document per line, whitespace collapsed, in input order. Invalid UTF-8 is
+replaced by U+FFFD and counted; empty documents, unparsable JSON lines and non-article wiki pages
+are skipped and counted. Documents longer than `max_document_chars` in plain text are cut at a
+line boundary (counted), so no input can make memory grow without bound.
+"""
+
+from __future__ import annotations
+
+import bz2
+import codecs
+import gzip
+import io
+import itertools
+import json
+import lzma
+import multiprocessing
+import os
+import sys
+import time
+import xml.etree.ElementTree as ET
+
+from data import wikipedia
+from data.manifest import Manifest, PrepError, atomic_output, ensure_writable_dir
+
+INPUT_FORMATS = ("auto", "wikipedia", "text", "jsonl")
+# Bump when the cleaning rules change, so stale formatted files are redone.
+FORMAT_VERSION = 1
+DEFAULT_MAX_DOCUMENT_CHARS = 2_000_000
+_COMPRESSED = {".bz2": bz2.open, ".gz": gzip.open, ".xz": lzma.open}
+
+
+def detect_format(path: str) -> str:
+    name = path.lower()
+    for ext in _COMPRESSED:
+        if name.endswith(ext):
+            name = name[: -len(ext)]
+    if name.endswith(".xml"):
+        return "wikipedia"
+    if name.endswith((".jsonl", ".json", ".ndjson")):
+        return "jsonl"
+    return "text"
+
+
+class _CountingFile(io.RawIOBase):
+    """The raw (compressed) file, counting bytes read so progress can follow the input size."""
+
+    def __init__(self, path):
+        super().__init__()
+        self._f = open(path, "rb", buffering=0)
+        self.bytes_read = 0
+
+    def readinto(self, buffer):
+        n = self._f.readinto(buffer)
+        self.bytes_read += n or 0
+        return n
+
+    def readable(self):
+        return True
+
+    def close(self):
+        self._f.close()
+        super().close()
+
+
+def open_input(path: str):
+    """(binary stream of decompressed bytes, raw counting file)."""
+    if not os.path.isfile(path):
+        raise PrepError(f"Input file {path!r} does not exist; check --input_files.")
+    raw = _CountingFile(path)
+    for ext, opener in _COMPRESSED.items():
+        if path.lower().endswith(ext):
+            return opener(io.BufferedReader(raw, 1 << 20), "rb"), raw
+    return io.BufferedReader(raw, 1 << 20), raw
+
+
+class Utf8Decoder:
+    """Decodes bytes as UTF-8, replacing invalid sequences with U+FFFD and counting them."""
+
+    def __init__(self):
+        self.invalid = 0
+        self.error_name = f"bert_prep_count_{id(self)}"
+        codecs.register_error(self.error_name, self._handle)
+
+    def _handle(self, error):
+        self.invalid += 1
+        return "\ufffd", error.end
+
+    def decode(self, data: bytes) -> str:
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            return data.decode("utf-8", self.error_name)
+
+    def incremental(self):
+        return codecs.getincrementaldecoder("utf-8")(self.error_name)
+
+
+class _SanitizedStream:
+    """A binary stream re-encoded through Utf8Decoder, so the XML parser never sees invalid UTF-8."""
+
+    def __init__(self, stream, decoder: Utf8Decoder):
+        self._stream = stream
+        self._decoder = decoder.incremental()
+
+    def read(self, n=-1):
+        while True:
+            data = self._stream.read(n if n and n > 0 else 1 << 16)
+            text = self._decoder.decode(data, not data)
+            # An empty result means EOF to the parser: only return one at the real end.
+            if text or not data:
+                return text.encode("utf-8")
+
+
+def _one_line(text: str) -> str:
+    # str.split() splits on every Unicode line/paragraph separator too (\x1c-\x1e, \x85, \u2028,
+    # \u2029), which readers that use splitlines() would otherwise take as line breaks.
+    return " ".join(text.split())
+
+
+def _clean_page(page: wikipedia.Page):
+    return wikipedia.article_text(page)
+
+
+def _bounded_imap(function, items, n_processes: int, chunk: int = 64, max_chunks_in_flight: int = 4):
+    """Ordered parallel map whose input is consumed at most `max_chunks_in_flight` chunks ahead.
+
+    Pool.imap reads its whole input as fast as it can; with a 20 GB dump and slower workers that
+    would hold the dump in memory. Here at most (n_processes * max_chunks_in_flight) chunks wait.
+    """
+    if n_processes <= 1:
+        yield from map(function, items)
+        return
+    ctx = multiprocessing.get_context("spawn")
+    iterator = iter(items)
+    with ctx.Pool(n_processes) as pool:
+        pending = []
+
+        def submit():
+            batch = list(itertools.islice(iterator, chunk))
+            if batch:
+                pending.append(pool.map_async(_map_chunk, [(function, batch)]))
+            return bool(batch)
+
+        more = True
+        while more and len(pending) < n_processes * max_chunks_in_flight:
+            more = submit()
+        while pending:
+            results = pending.pop(0).get()[0]
+            if more:
+                more = submit()
+            yield from results
+
+
+def _map_chunk(args):
+    function, batch = args
+    return [function(item) for item in batch]
+
+
+def _wiki_documents(path, stats, progress, n_processes):
+    stream, raw = open_input(path)
+    decoder = Utf8Decoder()
+    last = 0
+    try:
+        pages = wikipedia.iter_pages(_SanitizedStream(stream, decoder))
+        for kind, text in _bounded_imap(_clean_page, pages, n_processes):
+            stats["input_documents"] += 1
+            if progress is not None:
+                progress.update(raw.bytes_read - last)
+                last = raw.bytes_read
+            if kind != "article":
+                stats[kind] += 1
+                continue
+            yield text
+    except ET.ParseError as e:
+        raise PrepError(f"{path} is not a well-formed MediaWiki XML dump ({e}); re-download it "
+                        f"(python -m data.prep --action download --dataset wikicorpus_en).") from None
+    except EOFError:
+        raise PrepError(f"{path} ends before the end of its compressed stream (a truncated "
+                        f"download?); re-download it.") from None
+    finally:
+        stats["invalid_utf8_sequences"] += decoder.invalid
+        stream.close()
+        raw.close()
+
+
+def _text_documents(path, stats, progress, one_document_per_line, max_document_chars):
+    stream, raw = open_input(path)
+    decoder = Utf8Decoder()
+    current, size, last = [], 0, 0
+    try:
+        for line in stream:
+            if progress is not None and raw.bytes_read != last:
+                progress.update(raw.bytes_read - last)
+                last = raw.bytes_read
+            text = decoder.decode(line).strip()
+            if one_document_per_line:
+                if text:
+                    stats["input_documents"] += 1
+                    yield text
+                continue
+            if not text:
+                if current:
+                    stats["input_documents"] += 1
+                    yield " ".join(current)
+                    current, size = [], 0
+                continue
+            if size + len(text) > max_document_chars and current:
+                stats["split_long_documents"] += 1
+                stats["input_documents"] += 1
+                yield " ".join(current)
+                current, size = [], 0
+            current.append(text)
+            size += len(text) + 1
+        if current:
+            stats["input_documents"] += 1
+            yield " ".join(current)
+    except (EOFError, OSError) as e:
+        raise PrepError(f"Reading {path} failed ({e}); is the compressed file complete?") from None
+    finally:
+        stats["invalid_utf8_sequences"] += decoder.invalid
+        stream.close()
+        raw.close()
+
+
+def _jsonl_documents(path, stats, progress, text_key):
+    stream, raw = open_input(path)
+    decoder = Utf8Decoder()
+    last = 0
+    try:
+        for line_number, line in enumerate(stream, 1):
+            if progress is not None and raw.bytes_read != last:
+                progress.update(raw.bytes_read - last)
+                last = raw.bytes_read
+            text = decoder.decode(line).strip()
+            if not text:
+                continue
+            stats["input_documents"] += 1
+            try:
+                record = json.loads(text)
+            except ValueError:
+                stats["bad_json_lines"] += 1
+                continue
+            value = record.get(text_key) if isinstance(record, dict) else None
+            if not isinstance(value, str):
+                stats["missing_text"] += 1
+                continue
+            yield value
+    except (EOFError, OSError) as e:
+        raise PrepError(f"Reading {path} failed ({e}); is the compressed file complete?") from None
+    finally:
+        stats["invalid_utf8_sequences"] += decoder.invalid
+        stream.close()
+        raw.close()
+
+
+def iter_documents(path: str, stats: dict, *, input_format: str = "auto", progress=None,
+                   n_processes: int = 1, text_key: str = "text", one_document_per_line: bool = False,
+                   max_document_chars: int = DEFAULT_MAX_DOCUMENT_CHARS):
+    """Yields each document of `path` as one clean line; skips and counts into `stats` (a Counter-like dict)."""
+    fmt = detect_format(path) if input_format == "auto" else input_format
+    if fmt == "wikipedia":
+        documents = _wiki_documents(path, stats, progress, n_processes)
+    elif fmt == "jsonl":
+        documents = _jsonl_documents(path, stats, progress, text_key)
+    elif fmt == "text":
+        documents = _text_documents(path, stats, progress, one_document_per_line, max_document_chars)
+    else:
+        raise PrepError(f"Unknown --input_format {input_format!r}; choose from {', '.join(INPUT_FORMATS)}.")
+    for document in documents:
+        line = _one_line(document)
+        if not any(ch.isalnum() for ch in line):
+            stats["empty_documents"] += 1
+            continue
+        yield line
+
+
+STAT_KEYS = ("input_documents", "documents", "redirect", "disambiguation", "other_namespace",
+             "empty_documents", "bad_json_lines", "missing_text", "split_long_documents",
+             "invalid_utf8_sequences", "bytes_in", "bytes_out")
+
+
+def _input_identity(path: str) -> list:
+    st = os.stat(path)
+    return [os.path.abspath(path), st.st_size, st.st_mtime_ns]
+
+
+def format_corpus(inputs: list[str], output_file: str, *, input_format: str = "auto",
+                  n_processes: int = 1, text_key: str = "text", one_document_per_line: bool = False,
+                  max_document_chars: int = DEFAULT_MAX_DOCUMENT_CHARS, progress_factory=None,
+                  verify: str = "sha256", log=None) -> dict:
+    """Formats `inputs` into `output_file` (one document per line); restartable via the manifest.
+
+    Returns the stage stats (see STAT_KEYS, plus seconds and skipped=True when a verified
+    output from an identical earlier run was kept).
+    """
+    log = log or (lambda message: print(message, file=sys.stderr, flush=True))
+    if not inputs:
+        raise PrepError("No input files given; pass --input_files (or download the dataset first).")
+    for path in inputs:
+        if not os.path.isfile(path):
+            raise PrepError(f"Input file {path!r} does not exist; check --input_files or run the "
+                            f"download action first.")
+    if input_format not in INPUT_FORMATS:
+        raise PrepError(f"Unknown --input_format {input_format!r}; choose from {', '.join(INPUT_FORMATS)}.")
+    directory = os.path.dirname(os.path.abspath(output_file))
+    ensure_writable_dir(directory)
+    params = {"inputs": [_input_identity(p) for p in inputs], "input_format": input_format,
+              "text_key": text_key, "one_document_per_line": one_document_per_line,
+              "max_document_chars": max_document_chars, "version": FORMAT_VERSION}
+    manifest = Manifest.load(directory, "text_formatting", params)
+    name = os.path.basename(output_file)
+    if manifest.verified(name, verify):
+        log(f"[text_formatting] {output_file} is complete and verified; skipped.")
+        return {**manifest.counts(name), "skipped": True}
+
+    start = time.monotonic()
+    stats = dict.fromkeys(STAT_KEYS, 0)
+    total = sum(os.path.getsize(p) for p in inputs)
+    progress = progress_factory("text_formatting", total) if progress_factory else None
+    with atomic_output(output_file) as tmp, open(tmp, "w", encoding="utf-8", newline="\n") as out:
+        for path in inputs:
+            for line in iter_documents(path, stats, input_format=input_format, progress=progress,
+                                       n_processes=n_processes, text_key=text_key,
+                                       one_document_per_line=one_document_per_line,
+                                       max_document_chars=max_document_chars):
+                out.write(line)
+                out.write("\n")
+                stats["documents"] += 1
+                stats["bytes_out"] += len(line) + 1
+        out.flush()
+    if progress is not None:
+        progress.close()
+    stats["bytes_in"] = total
+    stats["seconds"] = round(time.monotonic() - start, 3)
+    if stats["documents"] == 0:
+        os.remove(output_file)
+        raise PrepError(f"No documents left after formatting {', '.join(inputs)} "
+                        f"({stats['input_documents']} read, {stats['empty_documents']} empty); check the "
+                        f"input format (--input_format, --text_key).")
+    manifest.record(name, stats)
+    manifest.mark_complete()
+    return stats
