@@ -34,6 +34,22 @@ def masked_lm_counts(outputs, features):
     }
 
 
+def _sum_metrics(function, batches, limit=None):
+    """Runs `function` on up to `limit` batches; returns the float sums of its outputs and the count.
+
+    Sums stay device tensors until the end: a float() per micro-batch would stall the GPU.
+    """
+    sums = {}
+    count = 0
+    for features in batches:
+        for name, value in function(features).items():
+            sums[name] = sums[name] + value if name in sums else value
+        count += 1
+        if count == limit:
+            break
+    return {name: float(value) for name, value in sums.items()}, count
+
+
 class PretrainingStep:
     """Owns the compiled functions and the state that lives between micro-batches.
 
@@ -92,14 +108,7 @@ class PretrainingStep:
         Returns float metrics averaged over the micro-batches (loss, mlm_loss, nsp_loss,
         mlm_accuracy, nsp_accuracy), `applied` (False for a skipped fp16 step) and `loss_scale`.
         """
-        sums: dict[str, float] = {}
-        count = 0
-        for features in micro_batches:
-            for name, value in self._micro_step(features).items():
-                sums[name] = sums.get(name, 0.0) + float(value)
-            count += 1
-            if count == self.accumulation_steps:
-                break
+        sums, count = _sum_metrics(self._micro_step, micro_batches, limit=self.accumulation_steps)
         if count != self.accumulation_steps:
             raise ValueError(f"the input ran out after {count} of {self.accumulation_steps} "
                              "micro-batches of an update.")
@@ -124,12 +133,7 @@ class PretrainingStep:
 
     def evaluate(self, batches) -> dict:
         """Masked-LM and NSP accuracy and mean losses over an iterable of feature dicts."""
-        sums: dict[str, float] = {}
-        count = 0
-        for features in batches:
-            for name, value in self._evaluate(features).items():
-                sums[name] = sums.get(name, 0.0) + float(value)
-            count += 1
+        sums, count = _sum_metrics(self._evaluate, batches)
         if count == 0:
             raise ValueError("evaluation received no batches.")
         return {
