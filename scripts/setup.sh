@@ -77,7 +77,7 @@ if [[ "$installed_key" == "$build_key" ]] && "$PY" -c "import horovod.tensorflow
   log "Horovod $HOROVOD_VERSION already installed ($build_key)"
 else
   wheel_dir="$CACHE_DIR/wheels/$build_key"
-  wheel="$(ls "$wheel_dir"/horovod-*.whl 2>/dev/null | head -n 1 || true)"
+  wheel="$(find "$wheel_dir" -maxdepth 1 -name 'horovod-*.whl' 2>/dev/null | head -n 1 || true)"
   if [[ -z "$wheel" ]]; then
     log "building Horovod $HOROVOD_VERSION from source ($build_key); about 8 minutes on 2 cores"
     build_tools=(wheel setuptools)
@@ -96,7 +96,8 @@ else
     export HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1
     export HOROVOD_WITH_GLOO=1
     if [[ "$have_mpi" == "1" ]]; then export HOROVOD_WITH_MPI=1; else export HOROVOD_WITHOUT_MPI=1; fi
-    export MAKEFLAGS="-j$(nproc)"
+    MAKEFLAGS="-j$(nproc)"
+    export MAKEFLAGS
     mkdir -p "$wheel_dir"
     (cd "$src" && "$PY" -m pip wheel -q --no-deps --no-build-isolation . -w "$work/dist" \
        > "$work/build.log" 2>&1) || {

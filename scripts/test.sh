@@ -11,5 +11,6 @@ else
 fi
 cd "$ROOT"
 export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}" HF_HUB_OFFLINE=1
-export PATH="$(dirname "$PY"):$PATH"
+PATH="$(dirname "$PY"):$PATH"
+export PATH
 exec "$PY" -m pytest "$@"

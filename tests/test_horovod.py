@@ -20,15 +20,17 @@ BIN = os.path.dirname(sys.executable)
 def _launch(controller, output):
     """Two local workers through horovodrun (Gloo) or OpenMPI's mpirun."""
     worker = [sys.executable, os.path.join(ROOT, "tests", "horovod_worker.py"), str(output)]
+    # OpenMPI's busy polling would take CI's two cores from TensorFlow: yield when idle.
     env = dict(os.environ, PATH=BIN + os.pathsep + os.environ.get("PATH", ""),
-               TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
+               TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT, OMPI_MCA_mpi_yield_when_idle="1")
     if controller == "gloo":
         if not os.path.exists(os.path.join(BIN, "horovodrun")):
             pytest.fail("horovodrun is missing: scripts/setup.sh builds Horovod")
         cmd = [os.path.join(BIN, "horovodrun"), "-np", "2", "-H", "localhost:2", "--gloo", *worker]
     else:
-        # mpirun directly: horovodrun --mpi emits OpenMPI 4 flags that OpenMPI 5's prterun
-        # misreads ("Executable: none").
+        # mpirun directly: horovodrun --mpi emits OpenMPI 4 style `-bind-to none -map-by slot`,
+        # which OpenMPI 5's prterun misreads ("Executable: none") unless given
+        # --binding-args="--bind-to none --map-by slot" (tests/test_mpirun.py runs both ways).
         cmd = ["mpirun", "-np", "2", "--oversubscribe", "-x", "PYTHONPATH", "-x", "TF_CPP_MIN_LOG_LEVEL",
                *worker]
         if os.geteuid() == 0:

@@ -33,7 +33,17 @@ def _backend(use_horovod: bool):
         raise RuntimeError("Horovod is not installed in this environment; run "
                            "`bash scripts/setup.sh` (or train with one process).") from err
     hvd.init()
+    _pin_gpu(hvd.local_rank())
     return hvd
+
+
+def _pin_gpu(local_rank: int) -> None:
+    """Gives each process on a node one GPU: its local rank's. Without this every rank would
+    claim GPU 0 and NCCL refuses two ranks on one device."""
+    import tensorflow as tf
+    gpus = tf.config.list_physical_devices("GPU")
+    if gpus:
+        tf.config.set_visible_devices(gpus[local_rank % len(gpus)], "GPU")
 
 
 class Distributed:

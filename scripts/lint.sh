@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Static checks: hadolint on the Dockerfile, shellcheck on every shell script. Both must be clean.
+#
+#   bash scripts/lint.sh              # the whole repository
+#   bash scripts/lint.sh FILE...      # only these files (a file named Dockerfile* goes to hadolint)
+#
+# The linters come from requirements-lint.txt (pinned wheels that carry the binaries) and are
+# installed into .venv, or into the active python with BERT_USE_SYSTEM_PYTHON=1, like setup.sh.
+# Exit status: 0 when clean, 1 when a linter reported anything, 2 on a usage or install error.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+
+usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}"; }
+case "${1:-}" in
+  -h|--help) usage; exit 0 ;;
+  -*) echo "[lint] unknown option: $1 (see --help)" >&2; exit 2 ;;
+  *) ;;
+esac
+
+if [[ "${BERT_USE_SYSTEM_PYTHON:-0}" == "1" ]]; then
+  PY="$(command -v python3 || command -v python)"
+else
+  if [[ ! -x "${ROOT}/.venv/bin/python" ]]; then
+    python3 -m venv "${ROOT}/.venv"
+  fi
+  PY="${ROOT}/.venv/bin/python"
+fi
+BIN_DIR="$(dirname "${PY}")"
+
+# Reinstall only when requirements-lint.txt changed since the last install into this python.
+stamp_file="$("${PY}" -c 'import sys; print(sys.prefix)')/.bert-tf2-lint"
+stamp_value="$(sha256sum "${ROOT}/requirements-lint.txt" | cut -c1-16)"
+if [[ ! -f "${stamp_file}" || "$(cat "${stamp_file}")" != "${stamp_value}" \
+      || ! -x "${BIN_DIR}/shellcheck" || ! -x "${BIN_DIR}/hadolint" ]]; then
+  echo "[lint] installing the linters from requirements-lint.txt into ${BIN_DIR}"
+  "${PY}" -m pip --disable-pip-version-check -q install --only-binary=:all: \
+      -r "${ROOT}/requirements-lint.txt" 2>&1 | grep -v "is ignored" || true
+  if [[ ! -x "${BIN_DIR}/shellcheck" || ! -x "${BIN_DIR}/hadolint" ]]; then
+    echo "[lint] shellcheck or hadolint did not install; see the pip output above." >&2
+    exit 2
+  fi
+  printf '%s' "${stamp_value}" > "${stamp_file}"
+fi
+
+cd "${ROOT}"
+dockerfiles=()
+scripts=()
+if [[ $# -gt 0 ]]; then
+  for path in "$@"; do
+    [[ -f "${path}" ]] || { echo "[lint] no such file: ${path}" >&2; exit 2; }
+    case "$(basename "${path}")" in
+      Dockerfile*) dockerfiles+=("${path}") ;;
+      *) scripts+=("${path}") ;;
+    esac
+  done
+else
+  [[ -f Dockerfile ]] && dockerfiles+=(Dockerfile)
+  # Every *.sh and *.sub outside the virtual environment and git's own files, plus the CI entry.
+  while IFS= read -r -d '' path; do
+    scripts+=("${path#./}")
+  done < <(find . \( -path ./.venv -o -path ./.git -o -path ./node_modules \) -prune -o \
+             -type f \( -name '*.sh' -o -name '*.sub' \) -print0 | sort -z)
+  [[ -f .ci/run ]] && scripts+=(.ci/run)
+fi
+
+status=0
+if [[ ${#dockerfiles[@]} -gt 0 ]]; then
+  echo "[lint] $("${BIN_DIR}/hadolint" --version): ${dockerfiles[*]}"
+  "${BIN_DIR}/hadolint" --no-color "${dockerfiles[@]}" || status=1
+fi
+if [[ ${#scripts[@]} -gt 0 ]]; then
+  echo "[lint] shellcheck $("${BIN_DIR}/shellcheck" --version | sed -n 's/^version: //p'): ${scripts[*]}"
+  "${BIN_DIR}/shellcheck" --external-sources "${scripts[@]}" || status=1
+fi
+if [[ ${status} -eq 0 ]]; then
+  echo "[lint] clean"
+else
+  echo "[lint] findings above: fix them (or, for a deliberate exception, add a directive with the reason)." >&2
+fi
+exit "${status}"

@@ -1,0 +1,145 @@
+"""Static checks of the container and cluster tooling, which cannot run here (no Docker engine,
+no SLURM): the Dockerfile and every shell script are lint-clean, the linters do catch findings,
+and the launchers build the docker/srun commands docs/CONTAINER.md describes and refuse bad
+arguments with one clear sentence."""
+
+import os
+import shlex
+import subprocess
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _bash(*args, env=None, cwd=ROOT):
+    full_env = dict(os.environ, **(env or {}))
+    return subprocess.run(["bash", *args], cwd=cwd, env=full_env, capture_output=True, text=True,
+                          timeout=300)
+
+
+def _printed_command(result):
+    """The command a launcher printed with --dry-run (printf %q), as an argv list."""
+    assert result.returncode == 0, result.stderr
+    return shlex.split(result.stdout.strip().splitlines()[-1])
+
+
+def test_dockerfile_and_every_shell_script_are_lint_clean():
+    result = _bash("scripts/lint.sh")
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    assert "[lint] clean" in output
+    assert "Haskell Dockerfile Linter 2.15.1: Dockerfile" in output
+    checked = output.split("[lint] shellcheck 0.11.0: ", 1)[1].splitlines()[0].split()
+    for script in ["scripts/setup.sh", "scripts/test.sh", ".ci/run", "scripts/run.sub",
+                   "scripts/lint.sh", "scripts/docker/build.sh", "scripts/docker/launch.sh"]:
+        assert script in checked
+
+
+def test_the_linters_fail_on_a_finding(tmp_path):
+    script = tmp_path / "bad.sh"
+    script.write_text("#!/bin/bash\nrm -rf $1/tmp\n")  # unquoted expansion: SC2086
+    dockerfile = tmp_path / "Dockerfile"
+    dockerfile.write_text("FROM ubuntu\nRUN cd /tmp && make\n")  # untagged image, cd in RUN
+    result = _bash("scripts/lint.sh", str(script), str(dockerfile))
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output
+    assert "SC2086" in output
+    assert "DL3006" in output and "DL3003" in output
+    assert "[lint] clean" not in output
+
+
+def test_launch_builds_nvidias_docker_run_line(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    result = _bash("scripts/docker/launch.sh", "--dry-run", "--gpus", "0,1", "--data", str(data),
+                   "--results", str(tmp_path / "results"), "--env", "NCCL_SOCKET_IFNAME=ib0",
+                   "--", "python", "run_pretraining.py", "--note", "two words")
+    argv = _printed_command(result)
+    assert argv[:2] == ["docker", "run"]
+    assert argv[argv.index("--gpus") + 1] == '"device=0,1"'
+    for flag in ["--net=host", "--shm-size=1g", "--rm"]:
+        assert flag in argv
+    ulimits = [argv[i + 1] for i, a in enumerate(argv) if a == "--ulimit"]
+    assert ulimits == ["memlock=-1", "stack=67108864"]
+    volumes = [argv[i + 1] for i, a in enumerate(argv) if a == "-v"]
+    assert volumes == [f"{ROOT}:/workspace/bert", f"{data}:/data", f"{tmp_path / 'results'}:/results"]
+    assert argv[argv.index("-e") + 1] == "NCCL_SOCKET_IFNAME=ib0"
+    # The command comes through unchanged, after the image.
+    assert argv[-5:] == ["bert-tf2:latest", "python", "run_pretraining.py", "--note", "two words"]
+    assert not (tmp_path / "results").exists()  # a dry run creates nothing
+
+
+def test_launch_defaults_and_ipc_host():
+    argv = _printed_command(_bash("scripts/docker/launch.sh", "--dry-run", "--ipc-host", "--no-code-mount",
+                                  env={"NV_VISIBLE_DEVICES": "all", "BERT_IMAGE": "reg.io/me/bert:1"}))
+    assert argv[argv.index("--gpus") + 1] == "all"
+    assert "--ipc=host" in argv and not any(a.startswith("--shm-size") for a in argv)
+    assert f"{ROOT}:/workspace/bert" not in argv
+    assert argv[-2:] == ["reg.io/me/bert:1", "/bin/bash"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--gpus", "0,x"], "--gpus must be all, none or a list of GPU indices"),
+    (["--data", "/no/such/dir"], "--data /no/such/dir is not a directory"),
+    (["--shm-size", "lots"], "--shm-size must look like 1g"),
+    (["--mount", "relative:/x"], "--mount 'relative:/x' must be /SRC:/DST"),
+    (["--mount", "/no/such/dir:/x"], "--mount source /no/such/dir does not exist"),
+    (["--env", "1BAD=x"], "--env '1BAD=x' must be NAME or NAME=VALUE"),
+    (["--frobnicate"], "unknown option: --frobnicate"),
+])
+def test_launch_refuses_bad_arguments(args, message):
+    result = _bash("scripts/docker/launch.sh", "--dry-run", *args)
+    assert result.returncode == 2
+    assert message in result.stderr
+
+
+def test_build_passes_the_build_arguments():
+    argv = _printed_command(_bash("scripts/docker/build.sh", "--dry-run", "--tag", "bert-tf2:dev",
+                                  "--uid", "1234", "--gid", "99", "--cuda-cc-list", "80,90"))
+    assert argv[:4] == ["docker", "build", "--tag", "bert-tf2:dev"]
+    build_args = [argv[i + 1] for i, a in enumerate(argv) if a == "--build-arg"]
+    assert build_args == ["BERT_UID=1234", "BERT_GID=99", "HOROVOD_BUILD_CUDA_CC_LIST=80,90"]
+    assert argv[-1] == ROOT
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--tag", "Bert:Latest"], "is not a valid image name"),
+    (["--cuda-cc-list", "8.0"], "--cuda-cc-list must look like 80,90"),
+    (["--uid", "1000"], "--uid and --gid go together"),
+    (["--tf-package", "torch==2.0"], "--tf-package must be a tensorflow requirement"),
+])
+def test_build_refuses_bad_arguments(args, message):
+    result = _bash("scripts/docker/build.sh", "--dry-run", *args)
+    assert result.returncode == 2
+    assert message in result.stderr
+
+
+def test_run_sub_starts_one_task_per_gpu_in_the_container(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    env = {"BERT_DRY_RUN": "1", "SLURM_JOB_ID": "42", "SLURM_JOB_NUM_NODES": "2",
+           "SLURM_NTASKS_PER_NODE": "4", "SLURM_SUBMIT_DIR": ROOT, "CONT": "/shared/bert-tf2.sqsh",
+           "DATADIR": str(data), "RESULTSDIR": str(tmp_path / "results")}
+    result = _bash("scripts/run.sub", "python", "run_pretraining.py", "--note", "two words", env=env)
+    argv = _printed_command(result)
+    assert "2 node(s) x 4 task(s) = 8 workers" in result.stdout
+    assert argv[:3] == ["srun", "--mpi=pmix", "--ntasks-per-node=4"]
+    assert "--container-image=/shared/bert-tf2.sqsh" in argv
+    assert (f"--container-mounts={ROOT}:/workspace/bert,{data}:/data,{tmp_path / 'results'}:/results"
+            in argv)
+    assert "--container-workdir=/workspace/bert" in argv
+    assert argv[-4:] == ["python", "run_pretraining.py", "--note", "two words"]
+
+
+@pytest.mark.parametrize("env, args, message", [
+    ({"SLURM_JOB_ID": ""}, ["python", "x.py"], "not inside a SLURM job"),
+    ({"SLURM_JOB_ID": "1", "CONT": ""}, ["python", "x.py"], "set CONT"),
+    ({"SLURM_JOB_ID": "1", "CONT": "img.sqsh", "DATADIR": "/no/such/dir"}, ["python", "x.py"],
+     "DATADIR /no/such/dir is not a directory"),
+    ({"SLURM_JOB_ID": "1"}, [], "give the command to run"),
+])
+def test_run_sub_refuses_to_start_without_what_it_needs(env, args, message):
+    result = _bash("scripts/run.sub", *args, env={"CONT": "", "DATADIR": "", **env})
+    assert result.returncode == 2
+    assert message in result.stderr
