@@ -61,7 +61,7 @@ ENV VIRTUAL_ENV=/opt/venv \
 # component wheels TF 2.21 was built against, TensorFlow's own dependencies, and the Horovod
 # build tools. The project's direct dependencies are pinned in requirements.txt; these agree
 # with them and with what CI's .venv resolves on CPU. Regenerate after changing requirements.txt
-# (command in docs/CONTAINER.md).
+# (command in README.md ("Running in a container")).
 RUN mkdir -p /etc/bert-tf2 && printf '%s\n' \
         nvidia-cublas-cu12==12.5.3.2 nvidia-cuda-cupti-cu12==12.5.82 \
         nvidia-cuda-nvcc-cu12==12.5.82 nvidia-cuda-nvrtc-cu12==12.5.82 \

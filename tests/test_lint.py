@@ -1,6 +1,6 @@
 """Static checks of the container and cluster tooling, which cannot run here (no Docker engine,
 no SLURM): the Dockerfile and every shell script are lint-clean, the linters do catch findings,
-and the launchers build the docker/srun commands docs/CONTAINER.md describes and refuse bad
+and the launchers build the docker/srun commands README.md ("Running in a container") describes and refuse bad
 arguments with one clear sentence."""
 
 import os

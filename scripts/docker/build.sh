@@ -77,5 +77,5 @@ if [[ "${dry_run}" == "1" ]]; then
   printf '%q ' "${cmd[@]}"; echo
   exit 0
 fi
-command -v docker >/dev/null 2>&1 || die "docker is not installed on this machine (see docs/CONTAINER.md)."
+command -v docker >/dev/null 2>&1 || die "docker is not installed on this machine (see "Running in a container" in README.md)."
 exec "${cmd[@]}"
