@@ -115,8 +115,6 @@ else
     log "installing the cached Horovod wheel $wheel"
   fi
   "${PIP[@]}" install --no-deps --force-reinstall "$wheel" 2>&1 | grep -v "is ignored" || true
-  # Horovod's runtime deps (cloudpickle, psutil, pyyaml, packaging) without re-resolving TF.
-  "${PIP[@]}" install cloudpickle psutil pyyaml packaging 2>&1 | grep -v "is ignored" || true
   "$PY" -c "import sys, pathlib; pathlib.Path(sys.prefix, '.bert-tf2-horovod').write_text('$build_key')"
 fi
 
