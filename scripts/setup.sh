@@ -17,6 +17,9 @@ TF_PACKAGE="${BERT_TF_PACKAGE:-tensorflow-cpu==2.21.0}"
 HOROVOD_VERSION=0.28.1
 CACHE_DIR="${XDG_CACHE_HOME:-$HOME/.cache}/bert-tf2"
 
+# TensorFlow's start-up banner (CPU feature notes) would otherwise repeat on every import below.
+export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"
+
 log() { printf '[setup] %s\n' "$*"; }
 
 if [[ "${BERT_USE_SYSTEM_PYTHON:-0}" == "1" ]]; then
