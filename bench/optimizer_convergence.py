@@ -120,7 +120,7 @@ def main(argv=None):
     parser.add_argument("--micro_batch", type=int, default=64)
     parser.add_argument("--accumulation", type=int, default=16, help="k: large batch = micro_batch * k")
     parser.add_argument("--adam_lr", type=float, default=1e-3, help="Adam's rate at batch micro_batch")
-    parser.add_argument("--lamb_lr", type=float, default=5e-3,
+    parser.add_argument("--lamb_lr", type=float, default=1.25e-2,
                         help="LAMB's base rate at batch micro_batch (scaled by sqrt(k))")
     parser.add_argument("--warmup_fraction", type=float, default=0.1)
     parser.add_argument("--corpus_mb", type=float, default=8.0)
