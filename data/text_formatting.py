@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import bz2
 import codecs
+import contextlib
 import gzip
 import io
 import itertools
@@ -191,16 +192,29 @@ def _wiki_documents(path, stats, progress, n_processes):
         raw.close()
 
 
-def _text_documents(path, stats, progress, one_document_per_line, max_document_chars):
+def _decoded_lines(path, stats, progress):
+    """Stripped lines of a plain or compressed text file, invalid UTF-8 replaced and counted."""
     stream, raw = open_input(path)
     decoder = Utf8Decoder()
-    current, size, last = [], 0, 0
+    last = 0
     try:
         for line in stream:
             if progress is not None and raw.bytes_read != last:
                 progress.update(raw.bytes_read - last)
                 last = raw.bytes_read
-            text = decoder.decode(line).strip()
+            yield decoder.decode(line).strip()
+    except (EOFError, OSError) as e:
+        raise PrepError(f"Reading {path} failed ({e}); is the compressed file complete?") from None
+    finally:
+        stats["invalid_utf8_sequences"] += decoder.invalid
+        stream.close()
+        raw.close()
+
+
+def _text_documents(path, stats, progress, one_document_per_line, max_document_chars):
+    current, size = [], 0
+    with contextlib.closing(_decoded_lines(path, stats, progress)) as lines:
+        for text in lines:
             if one_document_per_line:
                 if text:
                     stats["input_documents"] += 1
@@ -219,27 +233,14 @@ def _text_documents(path, stats, progress, one_document_per_line, max_document_c
                 current, size = [], 0
             current.append(text)
             size += len(text) + 1
-        if current:
-            stats["input_documents"] += 1
-            yield " ".join(current)
-    except (EOFError, OSError) as e:
-        raise PrepError(f"Reading {path} failed ({e}); is the compressed file complete?") from None
-    finally:
-        stats["invalid_utf8_sequences"] += decoder.invalid
-        stream.close()
-        raw.close()
+    if current:
+        stats["input_documents"] += 1
+        yield " ".join(current)
 
 
 def _jsonl_documents(path, stats, progress, text_key):
-    stream, raw = open_input(path)
-    decoder = Utf8Decoder()
-    last = 0
-    try:
-        for line_number, line in enumerate(stream, 1):
-            if progress is not None and raw.bytes_read != last:
-                progress.update(raw.bytes_read - last)
-                last = raw.bytes_read
-            text = decoder.decode(line).strip()
+    with contextlib.closing(_decoded_lines(path, stats, progress)) as lines:
+        for text in lines:
             if not text:
                 continue
             stats["input_documents"] += 1
@@ -253,12 +254,6 @@ def _jsonl_documents(path, stats, progress, text_key):
                 stats["missing_text"] += 1
                 continue
             yield value
-    except (EOFError, OSError) as e:
-        raise PrepError(f"Reading {path} failed ({e}); is the compressed file complete?") from None
-    finally:
-        stats["invalid_utf8_sequences"] += decoder.invalid
-        stream.close()
-        raw.close()
 
 
 def iter_documents(path: str, stats: dict, *, input_format: str = "auto", progress=None,
