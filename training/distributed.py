@@ -1,4 +1,7 @@
-"""The one seam to Horovod. Imported lazily; without Horovod everything runs single-process.
+"""The one seam to Horovod and MPI. Imported lazily; without them everything runs single-process.
+
+Training ranks come from Horovod (`Distributed`); data-preparation ranks launched by mpirun
+come from mpi4py (`mpi_ranks`). Both read the launcher's environment here and nowhere else.
 
 Keras 3 variables are not tf.Variables, so hvd.DistributedGradientTape and
 hvd.broadcast_variables fail on them ("'Variable' object has no attribute 'ref'"): gradients
@@ -8,6 +11,30 @@ are reduced as plain tensors with grouped_allreduce, and variables are broadcast
 from __future__ import annotations
 
 import functools
+
+
+def launched_ranks(environ) -> int:
+    """How many ranks the launcher (horovodrun, mpirun, srun with PMI) started; 1 when run directly."""
+    for key in ("HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"):
+        if environ.get(key):
+            return int(environ[key])
+    return 1
+
+
+def mpi_ranks(environ):
+    """(comm, rank, world, ranks_on_this_node) for a data stage launched by mpirun; (None, 0, 1, 1)
+    when run directly. mpi4py is imported only when the environment says MPI started us."""
+    world = int(environ.get("OMPI_COMM_WORLD_SIZE") or environ.get("PMI_SIZE") or 1)
+    if world <= 1:
+        return None, 0, 1, 1
+    try:
+        from mpi4py import MPI
+    except ImportError as e:
+        raise RuntimeError(f"Launched under MPI ({world} ranks) but mpi4py cannot be imported ({e}); "
+                           f"install it (bash scripts/setup.sh) or run without mpirun.") from None
+    comm = MPI.COMM_WORLD
+    local = int(environ.get("OMPI_COMM_WORLD_LOCAL_SIZE") or environ.get("MPI_LOCALNRANKS") or 1)
+    return comm, comm.Get_rank(), comm.Get_size(), local
 
 
 class _SingleProcess:

@@ -1,0 +1,185 @@
+"""Writing files so that no partial file ever looks complete, reading JSON, expanding globs.
+
+Every write in the project goes through `atomic_write` / `atomic_path`: the data lands in
+`.<name>.tmp-<pid>` in the same directory, is fsynced, renamed over the final name (atomic on
+POSIX) and the directory entry is fsynced. A killed process leaves only hidden temporaries that
+match TEMP_GLOB, which `remove_stale_temporaries` clears and every reader ignores.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import glob
+import hashlib
+import json
+import os
+
+from common.errors import UserError
+
+TEMP_MARK = ".tmp-"
+TEMP_GLOB = ".*" + TEMP_MARK + "*"
+_HASH_CHUNK = 1 << 20
+
+
+def temporary_name(path: str) -> str:
+    """`dir/.name.tmp-<pid>`: hidden, beside its final name, unique per process."""
+    directory, name = os.path.split(os.path.abspath(path))
+    return os.path.join(directory, f".{name}{TEMP_MARK}{os.getpid()}")
+
+
+def is_temporary(path: str) -> bool:
+    name = os.path.basename(path)
+    return name.startswith(".") and TEMP_MARK in name
+
+
+def fsync_directory(directory: str) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def commit(temporary: str, final: str) -> None:
+    """fsyncs `temporary` (a file or a directory of files) and renames it to `final`."""
+    if os.path.isdir(temporary):
+        for name in os.listdir(temporary):
+            with open(os.path.join(temporary, name), "rb") as f:
+                os.fsync(f.fileno())
+        fsync_directory(temporary)
+        if os.path.isdir(final):
+            # os.replace cannot replace a non-empty directory; move the old one aside first.
+            old = temporary_name(final) + ".old"
+            os.replace(final, old)
+            os.replace(temporary, final)
+            _remove(old)
+        else:
+            os.replace(temporary, final)
+    else:
+        with open(temporary, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(temporary, final)
+    fsync_directory(os.path.dirname(os.path.abspath(final)))
+
+
+def _remove(path: str) -> None:
+    import shutil
+
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path)
+
+
+@contextlib.contextmanager
+def atomic_path(path: str, directory: bool = False):
+    """Yields a temporary path (a file, or a directory when `directory`) to fill; on success it
+    becomes `path` (replacing any old one), on an exception it is deleted."""
+    temporary = temporary_name(path)
+    _remove(temporary)
+    if directory:
+        os.makedirs(temporary)
+    try:
+        yield temporary
+    except BaseException:
+        _remove(temporary)
+        raise
+    commit(temporary, path)
+
+
+@contextlib.contextmanager
+def atomic_write(path: str, mode: str = "w", encoding: str | None = "utf-8", newline: str | None = "\n"):
+    """`with atomic_write(path) as f: f.write(...)`: an open file that becomes `path` when closed
+    without an error (text mode by default; "wb" for bytes)."""
+    binary = "b" in mode
+    with atomic_path(path) as temporary:
+        with open(temporary, mode, encoding=None if binary else encoding,
+                  newline=None if binary else newline) as f:
+            yield f
+
+
+def write_text(path: str, text: str) -> None:
+    with atomic_write(path) as f:
+        f.write(text)
+
+
+def write_json(path: str, value, indent: int | None = 2) -> None:
+    write_text(path, json.dumps(value, indent=indent, sort_keys=True) + "\n")
+
+
+def remove_stale_temporaries(directory: str) -> int:
+    """Deletes the temporaries a killed process left in `directory` (not recursive); returns how many."""
+    removed = 0
+    for path in glob.glob(os.path.join(glob.escape(directory), TEMP_GLOB)):
+        _remove(path)
+        removed += 1
+    return removed
+
+
+def read_json(path: str, what: str = "JSON file"):
+    """The parsed JSON in `path`, or UserError naming the file (missing, unreadable or malformed)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise UserError(f"The {what} {path!r} does not exist.") from None
+    except OSError as e:
+        raise UserError(f"Cannot read the {what} {path!r} ({e.strerror or e}).") from None
+    except ValueError as e:
+        raise UserError(f"The {what} {path!r} is not valid JSON ({e}).") from None
+
+
+def expand_globs(spec, what: str = "input files") -> list[str]:
+    """Comma-separated (or listed) paths and glob patterns -> existing files, sorted per pattern,
+    duplicates dropped, order of the patterns kept. A pattern that matches nothing is a UserError
+    naming it (a typo must not silently drop data)."""
+    patterns = [p.strip() for p in (spec.split(",") if isinstance(spec, str) else spec)]
+    patterns = [p for p in patterns if p]
+    if not patterns:
+        raise UserError(f"No {what} given.")
+    files, seen = [], set()
+    for pattern in patterns:
+        pattern = os.path.expanduser(pattern)
+        if "://" in pattern:  # gs://, hdfs://, s3://: TensorFlow's file systems (imported only then)
+            import tensorflow as tf
+
+            matches = sorted(tf.io.gfile.glob(pattern))
+        elif glob.has_magic(pattern):
+            matches = sorted(p for p in glob.glob(pattern) if os.path.isfile(p) and not is_temporary(p))
+        else:
+            matches = [pattern] if os.path.isfile(pattern) else []
+        if not matches:
+            raise UserError(f"The {what} pattern {pattern!r} matches no file.")
+        for match in matches:
+            if match not in seen:
+                seen.add(match)
+                files.append(match)
+    return files
+
+
+def sha256_file(path: str) -> str:
+    digest = hashlib.sha256()
+    buffer = memoryview(bytearray(_HASH_CHUNK))  # one fixed buffer: memory does not follow file size
+    with open(path, "rb", buffering=0) as f:
+        while n := f.readinto(buffer):
+            digest.update(buffer[:n])
+    return digest.hexdigest()
+
+
+def ensure_writable_dir(directory: str, what: str = "output directory") -> None:
+    """Creates `directory` if needed and proves it is writable, or raises UserError naming it."""
+    try:
+        os.makedirs(directory, exist_ok=True)
+        probe = os.path.join(directory, f".write_test{TEMP_MARK}{os.getpid()}")
+        with open(probe, "w") as f:
+            f.write("ok")
+        os.remove(probe)
+    except OSError as e:
+        reason = e.strerror or str(e)
+        if e.errno in (errno.ENOTDIR, errno.EEXIST):
+            reason = "a path component is a file, not a directory"
+        raise UserError(f"Cannot write to the {what} {directory!r} ({reason}); choose a writable "
+                        f"directory or fix its permissions.") from None
