@@ -17,7 +17,7 @@ over the example's tokens, [CLS] and [SEP] included, padding excluded; values ar
 decimals. Layer -1 is the last transformer layer's output; 0..L-1 count from the first.
 
 --init_checkpoint takes a Google TF1 checkpoint (prefix or directory), a checkpoint directory of
-our trainer, or a Hugging Face directory with model.safetensors. --bert_config_file and
+the trainer, or a Hugging Face directory with model.safetensors. --bert_config_file and
 --vocab_file may be left out when bert_config.json / config.json and vocab.txt sit beside it.
 """
 
@@ -28,12 +28,18 @@ import json
 import os
 import re
 import sys
-import time
 
 import numpy as np
-from absl import app, flags
 
-# Shapes: B batch, S sequence (longest example of the batch), K requested layers, D hidden.
+from common import cli
+from common.errors import UserError
+from common.files import atomic_write
+from common.progress import Progress
+
+# Shapes: B batch, S sequence, D hidden, N heads, H head size (D = N * H), I intermediate,
+# P masked positions (max predictions per sequence), V vocab. A batch's S is its longest example.
+
+PROG = "extract_features"
 
 # --precision -> (Keras dtype policy, whether float32 matmuls may use TF32 on Ampere+ GPUs).
 # TF enables TF32 by default; "float32" turns it off so the values are float32-accurate.
@@ -47,35 +53,34 @@ PRECISIONS = {
 # Google's pair separator: greedy, so "a ||| b ||| c" is the pair ("a ||| b", "c").
 _PAIR = re.compile(r"^(.*) \|\|\| (.*)$")
 
-# Seconds between two progress lines on stderr.
+# Seconds between two progress lines on stderr (when it is not a terminal).
 _PROGRESS_EVERY_S = 2.0
 
-FLAGS = flags.FLAGS
 
+def define_flags(fv) -> None:
+    """Google's flags (plus --spm_model_file, --precision)."""
+    from absl import flags
 
-def define_flags():
-    """Google's flags (plus --spm_model_file, --precision). Defined only when run as a script, so
-    that tests can import this module beside other entry points defining the same names."""
-    flags.DEFINE_string("input_file", None, "Text file, one example per line; 'A ||| B' is a pair.")
-    flags.DEFINE_string("output_file", None, "JSON-lines output, one object per input line.")
+    flags.DEFINE_string("input_file", None, "Text file, one example per line; 'A ||| B' is a pair.", flag_values=fv)
+    flags.DEFINE_string("output_file", None, "JSON-lines output, one object per input line.", flag_values=fv)
     flags.DEFINE_string("init_checkpoint", None,
-                        "Google TF1 checkpoint (prefix or directory), our checkpoint directory, or a "
-                        "Hugging Face directory with model.safetensors.")
+                        "Google TF1 checkpoint (prefix or directory), a trainer checkpoint directory, or a "
+                        "Hugging Face directory with model.safetensors.", flag_values=fv)
     flags.DEFINE_string("bert_config_file", None,
                         "bert_config.json (or a Hugging Face config.json); default: the one beside "
-                        "--init_checkpoint.")
+                        "--init_checkpoint.", flag_values=fv)
     flags.DEFINE_string("vocab_file", None,
                         "WordPiece vocab.txt; default: vocab.txt beside --init_checkpoint unless "
-                        "--spm_model_file is given.")
-    flags.DEFINE_string("spm_model_file", None, "SentencePiece model, instead of --vocab_file.")
+                        "--spm_model_file is given.", flag_values=fv)
+    flags.DEFINE_string("spm_model_file", None, "SentencePiece model, instead of --vocab_file.", flag_values=fv)
     flags.DEFINE_string("layers", "-1,-2,-3,-4",
-                        "Comma-separated layer indexes: -1 is the last layer, 0 the first.")
+                        "Comma-separated layer indexes: -1 is the last layer, 0 the first.", flag_values=fv)
     flags.DEFINE_integer("max_seq_length", 128,
                          "Maximum tokens per example, [CLS]/[SEP] included; longer lines are "
-                         "truncated.")
-    flags.DEFINE_integer("batch_size", 32, "Examples per inference batch.")
-    flags.DEFINE_bool("do_lower_case", True, "Lower-case the input (uncased models).")
-    flags.DEFINE_enum("precision", "float32", list(PRECISIONS), "Compute precision of the encoder.")
+                         "truncated.", flag_values=fv)
+    flags.DEFINE_integer("batch_size", 32, "Examples per inference batch.", flag_values=fv)
+    flags.DEFINE_bool("do_lower_case", True, "Lower-case the input (uncased models).", flag_values=fv)
+    flags.DEFINE_enum("precision", "float32", list(PRECISIONS), "Compute precision of the encoder.", flag_values=fv)
 
 
 # --- input ---------------------------------------------------------------------------------------
@@ -110,50 +115,20 @@ def parse_layers(spec: str, num_layers: int) -> list[int]:
     try:
         indexes = [int(part) for part in spec.split(",")]
     except ValueError:
-        raise app.UsageError(f"--layers={spec!r} must be comma-separated integers such as "
+        raise UserError(f"--layers={spec!r} must be comma-separated integers such as "
                              "-1,-2,-3,-4.") from None
     for index in indexes:
         if not -num_layers <= index < num_layers:
-            raise app.UsageError(f"--layers index {index} is out of range for a model with "
+            raise UserError(f"--layers index {index} is out of range for a model with "
                                  f"{num_layers} layers (use -{num_layers}..{num_layers - 1}).")
     return indexes
 
 
 # --- model ---------------------------------------------------------------------------------------
 
-def load_config(bert_config_file: str | None, init_checkpoint: str):
-    """The BertConfig from --bert_config_file, or the one stored beside the checkpoint."""
-    from bert.checkpoints import read_config_beside
-    from bert.config import BertConfig
-
-    if bert_config_file:
-        if not os.path.isfile(bert_config_file):
-            raise app.UsageError(f"--bert_config_file {bert_config_file} does not exist.")
-        with open(bert_config_file, encoding="utf-8") as f:
-            try:
-                values = json.load(f)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{bert_config_file} is not valid JSON ({err.msg} at line "
-                                 f"{err.lineno}).") from None
-        if isinstance(values, dict) and "model_type" in values:
-            return BertConfig.from_hf_dict(values, source=bert_config_file)
-        return BertConfig.from_json_file(bert_config_file)
-    config = read_config_beside(init_checkpoint)
-    if config is None:
-        raise app.UsageError(f"No bert_config.json or config.json beside {init_checkpoint}; pass "
-                             "--bert_config_file.")
-    return config
-
-
-def _vocab_beside(init_checkpoint: str) -> str | None:
-    folder = init_checkpoint if os.path.isdir(init_checkpoint) else os.path.dirname(init_checkpoint)
-    candidate = os.path.join(folder, "vocab.txt")
-    return candidate if os.path.isfile(candidate) else None
-
-
 def build_layer_fn(encoder, positions: list[int]):
-    """A tf.function: {input_ids, input_mask, segment_ids} int32 [B, S] -> float32 [B, K, S, D]
-    holding encoder_outputs[p] for p in `positions` (indexes 0..L-1)."""
+    """A tf.function: {input_ids, input_mask, segment_ids} int32 [B, S] -> float32
+    [B, len(positions), S, D] holding encoder_outputs[p] for p in `positions` (0 is the first)."""
     import tensorflow as tf
 
     spec = tf.TensorSpec([None, None], tf.int32)
@@ -163,7 +138,7 @@ def build_layer_fn(encoder, positions: list[int]):
     @tf.function(input_signature=[{"input_ids": spec, "input_mask": spec, "segment_ids": spec}])
     def layer_fn(inputs):
         layers = encoder(inputs, training=False)["encoder_outputs"]
-        return tf.stack([tf.cast(layers[p], tf.float32) for p in positions], axis=1)  # [B, K, S, D]
+        return tf.stack([tf.cast(layers[p], tf.float32) for p in positions], axis=1)
 
     return layer_fn
 
@@ -203,8 +178,9 @@ def round6(values: np.ndarray) -> np.ndarray:
 
 def format_example(index: int, tokens: list[str], layer_values: np.ndarray,
                    layer_indexes: list[int], slots: list[int]) -> str:
-    """One output line. layer_values: float32 [K, S, D]; slots[j] is the K-row of layer_indexes[j]."""
-    rows = round6(layer_values[:, :len(tokens), :]).tolist()  # [K][T][D], T = len(tokens)
+    """One output line. layer_values: float32 [len(positions), S, D]; slots[j] is the row of
+    layer_indexes[j] in it."""
+    rows = round6(layer_values[:, :len(tokens), :]).tolist()  # one [S][D] list per slot, S = len(tokens)
     features = [{"token": token,
                  "layers": [{"index": layer_index, "values": rows[slot][t]}
                             for layer_index, slot in zip(layer_indexes, slots)]}
@@ -216,8 +192,8 @@ def extract(layer_fn, tokenizer, examples, layer_indexes: list[int], slots: list
             max_seq_length: int, batch_size: int):
     """Yields one JSON line per (text_a, text_b) example, in order.
 
-    layer_fn: {input_ids, input_mask, segment_ids} [B, S] -> [B, K, S, D] (build_layer_fn);
-    slots[j]: the K-row of layer_indexes[j].
+    layer_fn: {input_ids, input_mask, segment_ids} [B, S] -> [B, len(positions), S, D]
+    (build_layer_fn); slots[j]: the row of layer_indexes[j] in its second axis.
 
     The encoder runs one batch ahead in a worker thread (TensorFlow releases the GIL), so the
     JSON formatting of a batch overlaps the inference of the next one.
@@ -239,27 +215,9 @@ def extract(layer_fn, tokenizer, examples, layer_indexes: list[int], slots: list
 
 
 def _format_batch(first_index, tokens, future, layer_indexes, slots):
-    values = future.result()  # [B, K, S, D]
+    values = future.result()  # [B, len(positions), S, D]
     for b, example_tokens in enumerate(tokens):
         yield format_example(first_index + b, example_tokens, values[b], layer_indexes, slots)
-
-
-class _Progress:
-    """'lines done / total' and the rate on stderr, at most every _PROGRESS_EVERY_S seconds."""
-
-    def __init__(self, total, stream):
-        self.total, self.stream = total, stream
-        self.start = self.last = time.monotonic()
-
-    def update(self, done, final=False):
-        now = time.monotonic()
-        if not final and now - self.last < _PROGRESS_EVERY_S:
-            return
-        self.last = now
-        rate = done / max(now - self.start, 1e-9)
-        percent = 100.0 * done / self.total if self.total else 100.0
-        print(f"extract_features: {done}/{self.total} lines ({percent:.0f}%), {rate:.1f} lines/s"
-              f"{', done' if final else ''}", file=self.stream, flush=True)
 
 
 def run(input_file: str, output_file: str, init_checkpoint: str, *, bert_config_file=None,
@@ -268,39 +226,46 @@ def run(input_file: str, output_file: str, init_checkpoint: str, *, bert_config_
     """Writes the features of every line of `input_file` to `output_file`; returns the count.
 
     Every check a user can fail (paths, config, vocab, layers) runs before TensorFlow is
-    imported, the checkpoint's before any inference. Raises app.UsageError, ValueError (such as
-    CheckpointMismatchError) or OSError with one sentence. Progress goes to `log` (stderr).
+    imported, the checkpoint's before any inference. Raises UserError with one sentence (bert/'s
+    errors, CheckpointMismatchError included, are UserErrors) or OSError. Progress goes to `log`
+    (stderr).
     """
+    from bert.checkpoints import find_config, vocab_beside
+
     log = sys.stderr if log is None else log
     if not input_file:
-        raise app.UsageError("--input_file is required.")
+        raise UserError("--input_file is required.")
     if not os.path.isfile(input_file):
-        raise app.UsageError(f"--input_file {input_file} does not exist.")
+        raise UserError(f"--input_file {input_file} does not exist.")
     if not output_file:
-        raise app.UsageError("--output_file is required.")
+        raise UserError("--output_file is required.")
     if not init_checkpoint:
-        raise app.UsageError("--init_checkpoint is required.")
+        raise UserError("--init_checkpoint is required.")
     if vocab_file and spm_model_file:
-        raise app.UsageError("Give --vocab_file or --spm_model_file, not both.")
+        raise UserError("Give --vocab_file or --spm_model_file, not both.")
     if batch_size < 1:
-        raise app.UsageError(f"--batch_size must be positive (got {batch_size}).")
+        raise UserError(f"--batch_size must be positive (got {batch_size}).")
     if precision not in PRECISIONS:
-        raise app.UsageError(f"--precision must be one of {', '.join(PRECISIONS)} "
-                             f"(got {precision!r}).")
+        raise UserError(f"--precision must be one of {', '.join(PRECISIONS)} (got {precision!r}).")
     output_dir = os.path.dirname(os.path.abspath(output_file))
     if not os.path.isdir(output_dir):
-        raise app.UsageError(f"The folder of --output_file {output_file} does not exist.")
+        raise UserError(f"The folder of --output_file {output_file} does not exist.")
+    if bert_config_file and not os.path.isfile(bert_config_file):
+        raise UserError(f"--bert_config_file {bert_config_file} does not exist.")
 
-    config = load_config(bert_config_file, init_checkpoint)
+    config = find_config(init_checkpoint, bert_config_file)
+    if config is None:
+        raise UserError(f"No bert_config.json or config.json beside {init_checkpoint}; pass "
+                        "--bert_config_file.")
     layer_indexes = parse_layers(layers, config.num_hidden_layers)
     if not 2 <= max_seq_length <= config.max_position_embeddings:
-        raise app.UsageError(f"--max_seq_length={max_seq_length} must lie in 2.."
-                             f"{config.max_position_embeddings} (max_position_embeddings).")
+        raise UserError(f"--max_seq_length={max_seq_length} must lie in 2.."
+                        f"{config.max_position_embeddings} (max_position_embeddings).")
     if not vocab_file and not spm_model_file:
-        vocab_file = _vocab_beside(init_checkpoint)
+        vocab_file = vocab_beside(init_checkpoint)
         if vocab_file is None:
-            raise app.UsageError(f"No vocab.txt beside {init_checkpoint}; pass --vocab_file or "
-                                 "--spm_model_file.")
+            raise UserError(f"No vocab.txt beside {init_checkpoint}; pass --vocab_file or "
+                            "--spm_model_file.")
 
     from bert.checkpoints import check_vocab_size, load_weights
     from bert.tokenization import build_tokenizer
@@ -323,49 +288,38 @@ def run(input_file: str, output_file: str, init_checkpoint: str, *, bert_config_
     layer_fn = build_layer_fn(encoder, positions)
 
     total = count_lines(input_file)
-    print(f"extract_features: {total} lines from {input_file}; {config.num_hidden_layers} layers "
+    print(f"{PROG}: {total} lines from {input_file}; {config.num_hidden_layers} layers "
           f"x {config.hidden_size}; layers {','.join(map(str, layer_indexes))}; precision "
           f"{precision}; checkpoint {init_checkpoint}", file=log, flush=True)
-    progress = _Progress(total, log)
-
-    # A temporary name in the same folder, renamed at the end: no partial file looks complete.
-    tmp = os.path.join(output_dir, f".{os.path.basename(output_file)}.tmp{os.getpid()}")
     done = 0
-    try:
-        with open(tmp, "w", encoding="utf-8") as writer:
+    with Progress(PROG, total, unit="lines", stream=log, log_interval=_PROGRESS_EVERY_S) as progress:
+        with atomic_write(output_file) as writer:
             lines = extract(layer_fn, tokenizer, read_examples(input_file), layer_indexes, slots,
                             max_seq_length, batch_size)
             for line in lines:
                 writer.write(line)
                 done += 1
-                progress.update(done)
-        os.replace(tmp, output_file)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-    progress.update(done, final=True)
+                progress(1)
     return done
 
 
-def main(argv):
-    if len(argv) > 1:
-        print(f"extract_features: error: unexpected arguments {' '.join(argv[1:])}.",
-              file=sys.stderr)
-        return 1
+def run_flags(F) -> int:
+    """The command line: flags -> run()."""
     try:
-        run(FLAGS.input_file, FLAGS.output_file, FLAGS.init_checkpoint,
-            bert_config_file=FLAGS.bert_config_file, vocab_file=FLAGS.vocab_file,
-            spm_model_file=FLAGS.spm_model_file, layers=FLAGS.layers,
-            max_seq_length=FLAGS.max_seq_length, batch_size=FLAGS.batch_size,
-            do_lower_case=FLAGS.do_lower_case, precision=FLAGS.precision)
-    except (app.UsageError, ValueError, OSError) as err:
-        # CheckpointMismatchError is a ValueError; its message names the offending weights.
-        print(f"extract_features: error: {err}", file=sys.stderr)
-        return 1
+        run(F.input_file, F.output_file, F.init_checkpoint, bert_config_file=F.bert_config_file,
+            vocab_file=F.vocab_file, spm_model_file=F.spm_model_file, layers=F.layers,
+            max_seq_length=F.max_seq_length, batch_size=F.batch_size, do_lower_case=F.do_lower_case,
+            precision=F.precision)
+    except (OSError, ValueError) as err:  # an input line that is not UTF-8, an unwritable output
+        raise UserError(str(err)) from None
     return 0
+
+
+def main(argv=None) -> int:
+    return cli.main(define_flags, run_flags, [PROG, *(sys.argv[1:] if argv is None else argv)],
+                    doc=__doc__, prog=PROG)
 
 
 if __name__ == "__main__":
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    define_flags()
-    app.run(main)
+    sys.exit(main())

@@ -12,7 +12,7 @@ linear scaling of Adam's rate at k = 32 diverges outright. (b) and (c) make k ti
 
 The corpus is real text that exists offline on any machine (the docstrings and documentation of
 the installed Python standard library, via bench/prep_throughput.py's corpus builder), prepared
-with the project's own pipeline: data.prep text_formatting -> sharding -> vocab (a WordPiece vocab
+with the project's own pipeline: prepare_data.py text_formatting -> sharding -> vocab (a WordPiece vocab
 trained on the training shards) -> create_tfrecord_files. Training is the project's one train
 step (training/train_step.py); accuracy is measured on the held-out test shards.
 """
@@ -47,8 +47,9 @@ class Run:
 
 
 def prepare(cache_dir: str, megabytes: float, vocab_size: int) -> tuple[str, str, str]:
-    """Corpus -> TFRecords with data.prep; returns (training glob, test glob, vocab file)."""
-    from data import paths, prep
+    """Corpus -> TFRecords with prepare_data.py; returns (training glob, test glob, vocab file)."""
+    from data import paths
+    import prepare_data
     from prep_throughput import corpus_path
 
     corpus = corpus_path(cache_dir, megabytes)
@@ -64,8 +65,8 @@ def prepare(cache_dir: str, megabytes: float, vocab_size: int) -> tuple[str, str
     ]
     for argv in steps:
         # Every stage keeps a manifest, so a second run of the bench skips verified work.
-        if prep.main([*common, *argv], environ={}) != 0:
-            raise SystemExit(f"data.prep {argv[1]} failed")
+        if prepare_data.main([*common, *argv], environ={}) != 0:
+            raise SystemExit(f"prepare_data.py {argv[1]} failed")
     out = paths.tfrecord_dir(data_dir, "stdlib", do_lower_case=True, max_seq_length=SEQ,
                              max_predictions_per_seq=PREDICTIONS, masked_lm_prob=0.15,
                              random_seed=12345, dupe_factor=DUPE, n_training_shards=4,

@@ -6,11 +6,14 @@ import keras
 from keras import ops
 
 
+# Registered so that a Dense layer using them serializes in get_config() and rebuilds.
+@keras.saving.register_keras_serializable(package="bert")
 def gelu(x):
     """Exact GELU, x * Phi(x) with the erf form: what Google's BERT and HF "gelu" compute."""
     return 0.5 * x * (1.0 + ops.erf(x / math.sqrt(2.0)))
 
 
+@keras.saving.register_keras_serializable(package="bert")
 def gelu_tanh(x):
     """The tanh approximation of GELU (NVIDIA's BERT, HF "gelu_new")."""
     return 0.5 * x * (1.0 + ops.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * ops.power(x, 3))))
@@ -26,6 +29,7 @@ _ACTIVATIONS = {
 
 
 def get_activation(name: str):
+    """The activation function a bert_config.json hidden_act names."""
     try:
         return _ACTIVATIONS[name]
     except KeyError:

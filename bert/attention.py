@@ -5,7 +5,10 @@ import math
 import keras
 from keras import ops
 
-from bert.config import BertConfig
+from bert.config import BertConfig, as_bert_config
+
+# Shapes: B batch, S sequence, D hidden, N heads, H head size (D = N * H), I intermediate,
+# P masked positions (max predictions per sequence), V vocab.
 
 # Added to the scores of padded keys. Google's value; large enough that exp() underflows to 0
 # in float32 softmax, small enough to stay finite in float16 before the float32 cast.
@@ -13,25 +16,26 @@ _MASK_VALUE = -10000.0
 
 
 def dense(units, config: BertConfig, name, dtype, activation=None):
+    """A Dense layer initialised as Google's (truncated normal, config.initializer_range)."""
     init = keras.initializers.TruncatedNormal(stddev=config.initializer_range)
     return keras.layers.Dense(units, activation=activation, kernel_initializer=init,
                               name=name, dtype=dtype)
 
 
+@keras.saving.register_keras_serializable(package="bert")
 class SelfAttention(keras.layers.Layer):
-    """Scaled dot-product attention over all heads; returns the context [B, S, D].
+    """Scaled dot-product attention over all heads: x [B, S, D] and the additive attention_bias
+    [B, 1, 1, S] (attention_bias_from_mask) -> context [B, S, D]."""
 
-    Shapes: B batch, S sequence, N heads, H head size, D hidden = N * H.
-    """
-
-    def __init__(self, config: BertConfig, **kwargs):
+    def __init__(self, config, **kwargs):
         super().__init__(**kwargs)
-        self.config = config
-        d = config.hidden_size
-        self.query = dense(d, config, "query", self.dtype_policy)
-        self.key = dense(d, config, "key", self.dtype_policy)
-        self.value = dense(d, config, "value", self.dtype_policy)
-        self.dropout = keras.layers.Dropout(config.attention_probs_dropout_prob, name="dropout", dtype=self.dtype_policy)
+        self.config = as_bert_config(config)
+        d = self.config.hidden_size
+        self.query = dense(d, self.config, "query", self.dtype_policy)
+        self.key = dense(d, self.config, "key", self.dtype_policy)
+        self.value = dense(d, self.config, "value", self.dtype_policy)
+        self.dropout = keras.layers.Dropout(self.config.attention_probs_dropout_prob, name="dropout",
+                                            dtype=self.dtype_policy)
 
     def build(self, input_shape):
         for layer in (self.query, self.key, self.value):
@@ -39,7 +43,7 @@ class SelfAttention(keras.layers.Layer):
 
     def _split_heads(self, x):
         b, s = ops.shape(x)[0], ops.shape(x)[1]
-        x = ops.reshape(x, (b, s, self.config.num_attention_heads, self.config.head_size))
+        x = ops.reshape(x, (b, s, self.config.num_attention_heads, self.config.head_size))  # [B, S, N, H]
         return ops.transpose(x, (0, 2, 1, 3))                                  # [B, N, S, H]
 
     def call(self, x, attention_bias, training=False):

@@ -3,33 +3,35 @@
 - "google": TF1 name-based checkpoints as Google released them (bert_model.ckpt.index/.data
   with names such as bert/encoder/layer_0/attention/self/query/kernel, kernels [in, out]).
   Optimizer slots (adam_m, adam_v, ...) and global_step are skipped on read.
-- "ours": the directory our trainer writes: the same Google names (so Google's tools read our
-  checkpoints), bert_config.json beside them, and training state (optimizer slots, step) under
-  names that readers of weights skip.
+- "trainer": the directory the trainer writes: the same Google names (so Google's tools read
+  its checkpoints), bert_config.json beside them, and training state (optimizer slots, step)
+  under names that readers of weights skip.
 - "huggingface": model.safetensors + config.json, names such as
   encoder.layer.0.attention.self.query.weight (kernels [out, in]), optional "bert." prefix,
   pretraining heads as cls.*.
 
 Every reader returns {google_name: np.ndarray}; one assignment function checks names and shapes
-against the model and refuses missing, unexpected or mis-shaped weights by name.
+against the model and refuses missing, unexpected or mis-shaped weights by name. One table
+(_NAME_TABLE) maps Google names to Hugging Face keys and back.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
-import tempfile
 
 import numpy as np
 
-from bert.config import BertConfig
+from bert.config import BertConfig, read_config_file, read_config_json
+from bert.errors import BertError, BertFileNotFoundError
+from common.files import atomic_path, commit, temporary_name, write_json, write_text
 
 GOOGLE_CHECKPOINT_NAME = "bert_model.ckpt"
 HF_WEIGHTS_NAME = "model.safetensors"
 HF_CONFIG_NAME = "config.json"
 BERT_CONFIG_NAME = "bert_config.json"
+VOCAB_NAME = "vocab.txt"
 
 # Checkpoint entries that hold no model weight: optimizer slots, step counters and loss-scale
 # state from Google's, NVIDIA's and our trainers.
@@ -43,7 +45,7 @@ _HF_IGNORED = re.compile(r"^(bert\.)?embeddings\.position_ids$"
                          r"|^cls\.predictions\.decoder\.(weight|bias)$")
 
 
-class CheckpointMismatchError(ValueError):
+class CheckpointMismatchError(BertError):
     """The checkpoint's weights do not fit the model; the message names every offender."""
 
 
@@ -98,29 +100,76 @@ def model_variables(model) -> dict:
 
 # --- Hugging Face names ----------------------------------------------------------------------
 
+def _dense_keys(google, hf):
+    return [(f"{google}/kernel", f"{hf}.weight", True), (f"{google}/bias", f"{hf}.bias", False)]
+
+
+def _layer_norm_keys(google, hf):
+    return [(f"{google}/gamma", f"{hf}.weight", False), (f"{google}/beta", f"{hf}.bias", False)]
+
+
+# (Google name, Hugging Face key, whether the array is transposed between the two), read in both
+# directions. {i} is a layer number. Keys of the bert/ rows take the checkpoint's "bert." prefix
+# (present when the heads are saved too); the cls rows never do.
+_NAME_TABLE = (
+    ("bert/embeddings/word_embeddings", "embeddings.word_embeddings.weight", False),
+    ("bert/embeddings/position_embeddings", "embeddings.position_embeddings.weight", False),
+    ("bert/embeddings/token_type_embeddings", "embeddings.token_type_embeddings.weight", False),
+    *_layer_norm_keys("bert/embeddings/LayerNorm", "embeddings.LayerNorm"),
+    *_dense_keys("bert/encoder/layer_{i}/attention/self/query", "encoder.layer.{i}.attention.self.query"),
+    *_dense_keys("bert/encoder/layer_{i}/attention/self/key", "encoder.layer.{i}.attention.self.key"),
+    *_dense_keys("bert/encoder/layer_{i}/attention/self/value", "encoder.layer.{i}.attention.self.value"),
+    *_dense_keys("bert/encoder/layer_{i}/attention/output/dense",
+                 "encoder.layer.{i}.attention.output.dense"),
+    *_layer_norm_keys("bert/encoder/layer_{i}/attention/output/LayerNorm",
+                      "encoder.layer.{i}.attention.output.LayerNorm"),
+    *_dense_keys("bert/encoder/layer_{i}/intermediate/dense", "encoder.layer.{i}.intermediate.dense"),
+    *_dense_keys("bert/encoder/layer_{i}/output/dense", "encoder.layer.{i}.output.dense"),
+    *_layer_norm_keys("bert/encoder/layer_{i}/output/LayerNorm", "encoder.layer.{i}.output.LayerNorm"),
+    *_dense_keys("bert/pooler/dense", "pooler.dense"),
+    *_dense_keys("cls/predictions/transform/dense", "cls.predictions.transform.dense"),
+    *_layer_norm_keys("cls/predictions/transform/LayerNorm", "cls.predictions.transform.LayerNorm"),
+    ("cls/predictions/output_bias", "cls.predictions.bias", False),
+    ("cls/seq_relationship/output_weights", "cls.seq_relationship.weight", False),  # [2, D] in both
+    ("cls/seq_relationship/output_bias", "cls.seq_relationship.bias", False),
+)
+
+
+def _template_pattern(template):
+    return re.compile(re.escape(template).replace(re.escape("{i}"), r"(?P<i>\d+)") + "$")
+
+
+_GOOGLE_PATTERNS = [(_template_pattern(g), h, t) for g, h, t in _NAME_TABLE]
+_HF_PATTERNS = [(_template_pattern(h), g, t) for g, h, t in _NAME_TABLE]
+
+
+def _lookup(patterns, name):
+    for pattern, target, transposed in patterns:
+        match = pattern.match(name)
+        if match:
+            return target.format(**match.groupdict()), transposed
+    return None
+
+
 def google_to_hf(name: str, prefix: str = "") -> tuple[str, bool]:
-    """Google name -> (Hugging Face key, whether the array is transposed between the two)."""
-    if name.startswith("cls/"):
-        if name == "cls/predictions/output_bias":
-            return "cls.predictions.bias", False
-        if name == "cls/seq_relationship/output_weights":
-            return "cls.seq_relationship.weight", False  # [2, D] in both
-        if name == "cls/seq_relationship/output_bias":
-            return "cls.seq_relationship.bias", False
-        key = name
-    else:
-        key = prefix + name[len("bert/"):]
-    key = re.sub(r"layer_(\d+)", r"layer.\1", key).replace("/", ".")
-    if key.endswith("_embeddings"):
-        return key + ".weight", False
-    for google_suffix, hf_suffix in ((".kernel", ".weight"), (".gamma", ".weight"), (".beta", ".bias")):
-        if key.endswith(google_suffix):
-            return key[: -len(google_suffix)] + hf_suffix, google_suffix == ".kernel"
-    return key, False
+    """Google name -> (Hugging Face key, whether the array is transposed between the two).
+
+    prefix: "bert." for a checkpoint with heads (BertForPreTraining), "" for a BertModel.
+    """
+    found = _lookup(_GOOGLE_PATTERNS, name)
+    if found is None:
+        raise KeyError(f"{name} is not a BERT weight name.")
+    key, transposed = found
+    return (key if key.startswith("cls.") else prefix + key), transposed
 
 
-def _hf_key_table(google_names, prefix):
-    return {google_to_hf(n, prefix)[0]: n for n in google_names}
+def hf_to_google(key: str, prefix: str = "") -> tuple[str, bool] | None:
+    """Hugging Face key -> (Google name, transposed), or None for a key that is no BERT weight."""
+    if not key.startswith("cls."):
+        if not key.startswith(prefix):
+            return None
+        key = key[len(prefix):]
+    return _lookup(_HF_PATTERNS, key)
 
 
 # --- readers ---------------------------------------------------------------------------------
@@ -144,13 +193,13 @@ def resolve_tf_checkpoint(path: str) -> str:
         indexes = sorted(f for f in os.listdir(path) if f.endswith(".index"))
         if len(indexes) == 1:
             return os.path.join(path, indexes[0][: -len(".index")])
-        raise FileNotFoundError(f"{path} holds no TensorFlow checkpoint (no *.index file"
-                                f"{'; several: ' + ', '.join(indexes) if indexes else ''}).")
-    raise FileNotFoundError(f"Checkpoint {path} does not exist (expected {path}.index, a "
-                            f"directory with a checkpoint, or a directory with {HF_WEIGHTS_NAME}).")
+        raise BertFileNotFoundError(f"{path} holds no TensorFlow checkpoint (no *.index file"
+                                    f"{'; several: ' + ', '.join(indexes) if indexes else ''}).")
+    raise BertFileNotFoundError(f"Checkpoint {path} does not exist (expected {path}.index, a "
+                                f"directory with a checkpoint, or a directory with {HF_WEIGHTS_NAME}).")
 
 
-def detect_format(path: str) -> str:
+def checkpoint_format(path: str) -> str:
     """'huggingface' for model.safetensors (or a directory with one), else 'tf'."""
     path = os.fspath(path)
     if path.endswith(".safetensors") or os.path.isfile(os.path.join(path, HF_WEIGHTS_NAME)):
@@ -159,14 +208,14 @@ def detect_format(path: str) -> str:
 
 
 def read_tf_checkpoint(path: str) -> dict[str, np.ndarray]:
-    """Model weights of a Google-named TF checkpoint (Google's, NVIDIA's or ours)."""
+    """Model weights of a Google-named TF checkpoint (Google's, NVIDIA's or the trainer's)."""
     import tensorflow as tf
     prefix = resolve_tf_checkpoint(path)
     try:
         reader = tf.train.load_checkpoint(prefix)
     except Exception as err:  # TF raises DataLossError/NotFoundError with long C++ text
-        raise ValueError(f"{prefix} is not a readable TensorFlow checkpoint "
-                         f"({str(err).splitlines()[0]}).") from None
+        raise BertError(f"{prefix} is not a readable TensorFlow checkpoint "
+                        f"({str(err).splitlines()[0]}).") from None
     weights = {}
     for name in reader.get_variable_to_shape_map():
         if (name in _SKIPPED_NAMES or name.endswith(_SKIPPED_SUFFIXES)
@@ -174,8 +223,8 @@ def read_tf_checkpoint(path: str) -> dict[str, np.ndarray]:
             continue
         weights[name] = reader.get_tensor(name)
     if weights and all(n.endswith(".ATTRIBUTES/VARIABLE_VALUE") for n in weights):
-        raise ValueError(f"{prefix} is an object-based TF2 checkpoint; this loader reads "
-                         "Google-named checkpoints (convert with python -m bert.convert).")
+        raise BertError(f"{prefix} is an object-based TF2 checkpoint; this loader reads "
+                        "Google-named checkpoints (convert it with convert_checkpoint.py).")
     return weights
 
 
@@ -185,20 +234,20 @@ def read_hf_checkpoint(path: str) -> dict[str, np.ndarray]:
     path = os.fspath(path)
     file = path if path.endswith(".safetensors") else os.path.join(path, HF_WEIGHTS_NAME)
     if not os.path.isfile(file):
-        raise FileNotFoundError(f"Hugging Face weights {file} do not exist.")
+        raise BertFileNotFoundError(f"Hugging Face weights {file} do not exist.")
     try:
         tensors = load_file(file)
     except Exception as err:
-        raise ValueError(f"{file} is not a readable safetensors file ({err}).") from None
+        raise BertError(f"{file} is not a readable safetensors file ({err}).") from None
     tensors = {k: v for k, v in tensors.items() if not _HF_IGNORED.match(k)}
     prefix = "bert." if any(k.startswith("bert.") for k in tensors) else ""
     weights, unknown = {}, []
     for key, value in tensors.items():
-        google = _hf_to_google(key, prefix)
-        if google is None:
+        found = hf_to_google(key, prefix)
+        if found is None:
             unknown.append(key)
             continue
-        transposed = google_to_hf(google, prefix)[1]
+        google, transposed = found
         weights[google] = np.ascontiguousarray(value.T) if transposed else value
     if unknown:
         raise CheckpointMismatchError(
@@ -207,54 +256,42 @@ def read_hf_checkpoint(path: str) -> dict[str, np.ndarray]:
     return weights
 
 
-def _hf_to_google(key: str, prefix: str) -> str | None:
-    if prefix and not key.startswith(prefix) and not key.startswith("cls."):
-        return None
-    body = key[len(prefix):] if key.startswith(prefix) else key
-    if key.startswith("cls."):
-        special = {"cls.predictions.bias": "cls/predictions/output_bias",
-                   "cls.seq_relationship.weight": "cls/seq_relationship/output_weights",
-                   "cls.seq_relationship.bias": "cls/seq_relationship/output_bias"}
-        if key in special:
-            return special[key]
-        stem = body
-    else:
-        stem = "bert." + body
-    parts = stem.rsplit(".", 1)
-    if len(parts) != 2:
-        return None
-    stem, leaf = parts
-    name = re.sub(r"layer\.(\d+)", r"layer_\1", stem).replace(".", "/")
-    if name.endswith("_embeddings") and leaf == "weight":
-        return name
-    is_norm = name.endswith("LayerNorm")
-    mapping = {"weight": "gamma" if is_norm else "kernel", "bias": "beta" if is_norm else "bias"}
-    return f"{name}/{mapping[leaf]}" if leaf in mapping else None
-
-
 def read_checkpoint(path: str) -> dict[str, np.ndarray]:
     """{google_name: array} from any supported checkpoint path."""
-    if detect_format(path) == "huggingface":
+    if checkpoint_format(path) == "huggingface":
         return read_hf_checkpoint(path)
     return read_tf_checkpoint(path)
 
 
 def read_config_beside(path: str) -> BertConfig | None:
     """The BertConfig stored with a checkpoint (bert_config.json or HF config.json), if any."""
-    path = os.fspath(path)
-    folder = path if os.path.isdir(path) else os.path.dirname(path)
+    folder = _folder_of(path)
     google = os.path.join(folder, BERT_CONFIG_NAME)
     if os.path.isfile(google):
         return BertConfig.from_json_file(google)
     hf = os.path.join(folder, HF_CONFIG_NAME)
     if os.path.isfile(hf):
-        with open(hf, encoding="utf-8") as f:
-            try:
-                values = json.load(f)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{hf} is not valid JSON ({err.msg} at line {err.lineno}).") from None
-        return BertConfig.from_hf_dict(values, source=hf)
+        return BertConfig.from_hf_dict(read_config_json(hf), source=hf)
     return None
+
+
+def find_config(checkpoint: str, config_file: str | None = None) -> BertConfig | None:
+    """The config in `config_file` (Google's or Hugging Face's) when given, else the one stored
+    beside `checkpoint`; None when there is neither (the caller names its flag)."""
+    if config_file:
+        return read_config_file(config_file)
+    return read_config_beside(checkpoint)
+
+
+def vocab_beside(checkpoint: str) -> str | None:
+    """The vocab.txt stored beside a checkpoint (prefix, file or directory), if any."""
+    candidate = os.path.join(_folder_of(checkpoint), VOCAB_NAME)
+    return candidate if os.path.isfile(candidate) else None
+
+
+def _folder_of(path: str) -> str:
+    path = os.fspath(path)
+    return path if os.path.isdir(path) else os.path.dirname(path)
 
 
 # --- assignment ------------------------------------------------------------------------------
@@ -292,7 +329,7 @@ def assign_weights(model, weights: dict[str, np.ndarray], source: str,
 
 
 def load_weights(model, path: str, ignore_prefixes: tuple[str, ...] | None = None) -> None:
-    """Loads a Google, NVIDIA, our, or Hugging Face checkpoint into `model`, strictly.
+    """Loads a Google, NVIDIA, trainer or Hugging Face checkpoint into `model`, strictly.
 
     An encoder alone (no `masked_lm` head) ignores the checkpoint's cls/ heads by default.
     """
@@ -312,8 +349,8 @@ def check_vocab_size(config: BertConfig, vocab_size: int, vocab_source: str) -> 
     padding = config.vocab_size - vocab_size
     padded = 0 < padding < 128 and config.vocab_size % 8 == 0
     if padding != 0 and not padded:
-        raise ValueError(f"{vocab_source} has {vocab_size} tokens but the model's vocab_size is "
-                         f"{config.vocab_size}: use the vocab the checkpoint was trained with.")
+        raise BertError(f"{vocab_source} has {vocab_size} tokens but the model's vocab_size is "
+                        f"{config.vocab_size}: use the vocab the checkpoint was trained with.")
 
 
 # --- writers ---------------------------------------------------------------------------------
@@ -326,18 +363,20 @@ def write_tf_checkpoint(prefix: str, arrays: dict[str, np.ndarray]) -> str:
     """Writes a name-based TF checkpoint (prefix.index + prefix.data-00000-of-00001) atomically."""
     import tensorflow as tf
     prefix = os.fspath(prefix)
-    folder = os.path.dirname(os.path.abspath(prefix))
-    os.makedirs(folder, exist_ok=True)
-    # SaveV2 into a temporary folder beside the target, then rename data before index: a reader
-    # only sees a checkpoint once its .index exists, and by then the data is complete.
-    tmp = tempfile.mkdtemp(prefix=".tmp-ckpt-", dir=folder)
+    os.makedirs(os.path.dirname(os.path.abspath(prefix)), exist_ok=True)
+    # SaveV2 writes several files, so it fills a temporary folder beside the target; each file is
+    # then committed, data before index: a reader only sees a checkpoint once its .index exists,
+    # and by then the data is complete.
+    tmp = temporary_name(prefix)
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
     try:
-        tmp_prefix = os.path.join(tmp, "ckpt")
         names = sorted(arrays)
-        tf.raw_ops.SaveV2(prefix=tmp_prefix, tensor_names=names, shape_and_slices=[""] * len(names),
+        tf.raw_ops.SaveV2(prefix=os.path.join(tmp, "ckpt"), tensor_names=names,
+                          shape_and_slices=[""] * len(names),
                           tensors=[tf.convert_to_tensor(arrays[n]) for n in names])
         for f in sorted(os.listdir(tmp), key=lambda f: f.endswith(".index")):
-            os.replace(os.path.join(tmp, f), prefix + f[len("ckpt"):])
+            commit(os.path.join(tmp, f), prefix + f[len("ckpt"):])
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return prefix
@@ -352,9 +391,9 @@ def save_google(model, output_dir: str, vocab_file: str | None = None) -> str:
     return prefix
 
 
-def save_ours(model, output_dir: str, step: int = 0, training_state: dict | None = None,
-              vocab_file: str | None = None) -> str:
-    """Our trainer's layout: ckpt-<step> (Google names + training_state/*), bert_config.json,
+def save_trainer_checkpoint(model, output_dir: str, step: int = 0, training_state: dict | None = None,
+                            vocab_file: str | None = None) -> str:
+    """The trainer's layout: ckpt-<step> (Google names + training_state/*), bert_config.json,
     and a `checkpoint` file naming the latest, so tf.train.latest_checkpoint finds it."""
     os.makedirs(output_dir, exist_ok=True)
     arrays = _model_arrays(model)
@@ -364,8 +403,8 @@ def save_ours(model, output_dir: str, step: int = 0, training_state: dict | None
     prefix = write_tf_checkpoint(os.path.join(output_dir, f"ckpt-{step}"), arrays)
     model.config.to_json_file(os.path.join(output_dir, BERT_CONFIG_NAME))
     _copy_vocab(vocab_file, output_dir)
-    _atomic_write(os.path.join(output_dir, "checkpoint"),
-                  f'model_checkpoint_path: "ckpt-{step}"\nall_model_checkpoint_paths: "ckpt-{step}"\n')
+    write_text(os.path.join(output_dir, "checkpoint"),
+               f'model_checkpoint_path: "ckpt-{step}"\nall_model_checkpoint_paths: "ckpt-{step}"\n')
     return prefix
 
 
@@ -380,25 +419,49 @@ def save_huggingface(model, output_dir: str, vocab_file: str | None = None) -> s
         key, transposed = google_to_hf(name, prefix)
         tensors[key] = np.ascontiguousarray(value.T if transposed else value)
     target = os.path.join(output_dir, HF_WEIGHTS_NAME)
-    tmp = target + f".tmp{os.getpid()}"
-    save_file(tensors, tmp, metadata={"format": "pt"})
-    os.replace(tmp, target)
+    with atomic_path(target) as tmp:
+        save_file(tensors, tmp, metadata={"format": "pt"})
     hf_config = model.config.to_hf_dict()
     hf_config["architectures"] = ["BertForPreTraining" if with_heads else "BertModel"]
-    _atomic_write(os.path.join(output_dir, HF_CONFIG_NAME), json.dumps(hf_config, indent=2) + "\n")
+    write_json(os.path.join(output_dir, HF_CONFIG_NAME), hf_config)
     _copy_vocab(vocab_file, output_dir)
     return target
 
 
+# The layouts convert_checkpoint writes, by the name its output format goes by.
+SAVERS = {"trainer": save_trainer_checkpoint, "google": save_google, "huggingface": save_huggingface}
+
+
 def _copy_vocab(vocab_file, output_dir):
     if vocab_file:
-        target = os.path.join(output_dir, "vocab.txt")
+        target = os.path.join(output_dir, VOCAB_NAME)
         if os.path.abspath(vocab_file) != os.path.abspath(target):
-            shutil.copyfile(vocab_file, target + ".tmp")
-            os.replace(target + ".tmp", target)
+            with atomic_path(target) as tmp:
+                shutil.copyfile(vocab_file, tmp)
 
 
-def _atomic_write(path, text):
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(path + ".tmp", path)
+# --- conversion ------------------------------------------------------------------------------
+
+def convert_checkpoint(input_path: str, output_dir: str, output_format: str, config: BertConfig,
+                       vocab_file: str | None = None, encoder_only: bool = False) -> str:
+    """Reads `input_path` (any supported layout) strictly and writes it in `output_format`, a key
+    of SAVERS; returns the written path.
+
+    Pretraining heads are kept when the input has them (all of cls/predictions and
+    cls/seq_relationship) unless `encoder_only`, dropped otherwise. A `vocab_file` is checked
+    against the config and copied along.
+    """
+    from bert.encoder import BertEncoder
+    from bert.pretraining import BertPretrainer
+
+    if output_format not in SAVERS:
+        raise BertError(f"The output format must be one of {', '.join(SAVERS)} (got {output_format!r}).")
+    weights = read_checkpoint(input_path)
+    if vocab_file:
+        from bert.tokenization import load_vocab
+        check_vocab_size(config, len(load_vocab(vocab_file)), vocab_file)
+    has_heads = any(name.startswith("cls/predictions/") for name in weights)
+    model = BertPretrainer(config) if has_heads and not encoder_only else BertEncoder(config)
+    assign_weights(model, weights, source=input_path,
+                   ignore_prefixes=("cls/",) if not hasattr(model, "masked_lm") else ())
+    return SAVERS[output_format](model, output_dir, vocab_file=vocab_file)

@@ -7,6 +7,10 @@ import json
 import os
 from typing import Any
 
+from bert.errors import BertError, BertFileNotFoundError
+from common.errors import UserError
+from common.files import read_json, write_text
+
 # Activation names accepted in bert_config.json / Hugging Face config.json. "gelu" is the exact
 # erf form (Google's BERT); the tanh approximation goes by several names (NVIDIA uses it).
 SUPPORTED_ACTIVATIONS = ("gelu", "gelu_new", "gelu_tanh", "gelu_pytorch_tanh", "relu")
@@ -59,7 +63,7 @@ class BertConfig:
             problems.append(f"hidden_size {self.hidden_size} is not divisible by "
                             f"num_attention_heads {self.num_attention_heads}")
         if problems:
-            raise ValueError("Invalid BERT config: " + "; ".join(problems) + ".")
+            raise BertError("Invalid BERT config: " + "; ".join(problems) + ".")
 
     @property
     def head_size(self) -> int:
@@ -71,26 +75,27 @@ class BertConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
-            raise ValueError(f"{source}: unknown BERT config key(s) {', '.join(unknown)}; "
-                             f"expected only {', '.join(sorted(known))}.")
+            raise BertError(f"{source}: unknown BERT config key(s) {', '.join(unknown)}; "
+                            f"expected only {', '.join(sorted(known))}.")
         if "vocab_size" not in values:
-            raise ValueError(f"{source}: the required key vocab_size is missing.")
+            raise BertError(f"{source}: the required key vocab_size is missing.")
         try:
             return cls(**values)
         except ValueError as err:
-            raise ValueError(f"{source}: {err}") from None
+            raise BertError(f"{source}: {err}") from None
 
     @classmethod
     def from_json_file(cls, path: str | os.PathLike) -> "BertConfig":
-        return cls.from_dict(_read_json(path), source=str(path))
+        """Reads a bert_config.json; BertFileNotFoundError or BertError naming the file."""
+        return cls.from_dict(read_config_json(path), source=str(path))
 
     @classmethod
     def from_hf_dict(cls, values: dict[str, Any], source: str = "config.json") -> "BertConfig":
         """Builds a config from a Hugging Face BertModel config.json (its extra keys dropped)."""
         if values.get("model_type", "bert") != "bert":
-            raise ValueError(f"{source}: model_type is {values['model_type']!r}, not 'bert'.")
+            raise BertError(f"{source}: model_type is {values['model_type']!r}, not 'bert'.")
         if values.get("position_embedding_type", "absolute") != "absolute":
-            raise ValueError(f"{source}: only absolute position embeddings are supported.")
+            raise BertError(f"{source}: only absolute position embeddings are supported.")
         kept = {k: v for k, v in values.items() if k not in _HF_IGNORED_KEYS}
         return cls.from_dict(kept, source=source)
 
@@ -101,7 +106,7 @@ class BertConfig:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
 
     def to_json_file(self, path: str | os.PathLike) -> None:
-        _atomic_write_text(path, self.to_json_string())
+        write_text(os.fspath(path), self.to_json_string())
 
     def to_hf_dict(self) -> dict[str, Any]:
         """The Hugging Face config.json equivalent (BertModel)."""
@@ -111,22 +116,33 @@ class BertConfig:
         return values
 
 
-def _read_json(path: str | os.PathLike) -> dict[str, Any]:
+def as_bert_config(config: BertConfig | dict[str, Any]) -> BertConfig:
+    """A BertConfig from a BertConfig or from its dict, the form a layer's get_config() stores,
+    so that every layer's `from_config(layer.get_config())` rebuilds it."""
+    return config if isinstance(config, BertConfig) else BertConfig.from_dict(config)
+
+
+def read_config_file(path: str | os.PathLike) -> BertConfig:
+    """The config in Google's bert_config.json or in a Hugging Face config.json (it has a
+    model_type key), told apart by content so either may be passed under any name."""
+    values = read_config_json(path)
+    if "model_type" in values:
+        return BertConfig.from_hf_dict(values, source=os.fspath(path))
+    return BertConfig.from_dict(values, source=os.fspath(path))
+
+
+def read_config_json(path: str | os.PathLike) -> dict[str, Any]:
+    """The JSON object in a config file (Google's bert_config.json or Hugging Face's config.json).
+
+    Raises BertFileNotFoundError or BertError naming the file.
+    """
+    path = os.fspath(path)
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"BERT config file {path} does not exist.")
+        raise BertFileNotFoundError(f"BERT config file {path} does not exist.")
     try:
-        with open(path, encoding="utf-8") as f:
-            values = json.load(f)
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{path} is not valid JSON ({err.msg} at line {err.lineno}).") from None
+        values = read_json(path, what="BERT config file")
+    except UserError as err:
+        raise BertError(str(err)) from None
     if not isinstance(values, dict):
-        raise ValueError(f"{path} must hold a JSON object of config keys.")
+        raise BertError(f"{path} must hold a JSON object of config keys.")
     return values
-
-
-def _atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    # Write to a temporary name, then rename, so a killed writer never leaves a truncated file.
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)

@@ -3,20 +3,24 @@
 import keras
 from keras import ops
 
-from bert.config import BertConfig
+from bert.config import as_bert_config
 from bert.layer_norm import LayerNorm
 
+# Shapes: B batch, S sequence, D hidden, N heads, H head size (D = N * H), I intermediate,
+# P masked positions (max predictions per sequence), V vocab.
 
+
+@keras.saving.register_keras_serializable(package="bert")
 class BertEmbeddings(keras.layers.Layer):
     """Maps (input_ids, segment_ids) [B, S] to embeddings [B, S, D].
 
-    The word embedding table is also the MLM output projection (weights tied), so it is exposed
-    as `word_embeddings`.
+    The word embedding table [V, D] is also the MLM output projection (weights tied), so it is
+    exposed as `word_embeddings`.
     """
 
-    def __init__(self, config: BertConfig, **kwargs):
+    def __init__(self, config, **kwargs):
         super().__init__(**kwargs)
-        self.config = config
+        self.config = config = as_bert_config(config)
         init = keras.initializers.TruncatedNormal(stddev=config.initializer_range)
         # Tables are created here, not in build(): their shapes come from the config alone and
         # checkpoint loaders need them before the first call.

@@ -4,25 +4,28 @@ import keras
 from keras import ops
 
 from bert.attention import attention_bias_from_mask, dense
-from bert.config import BertConfig
+from bert.config import as_bert_config
 from bert.embeddings import BertEmbeddings
 from bert.transformer import TransformerLayer
 
-# Shapes: B batch, S sequence, D hidden, L layers.
+# Shapes: B batch, S sequence, D hidden, N heads, H head size (D = N * H), I intermediate,
+# P masked positions (max predictions per sequence), V vocab.
 
 
+@keras.saving.register_keras_serializable(package="bert")
 class BertEncoder(keras.Model):
     """Inputs {input_ids, input_mask, segment_ids} int32 [B, S].
 
     Outputs a dict: sequence_output [B, S, D], pooled_output [B, D] (tanh dense over [CLS]) and
-    encoder_outputs, the list of L layer outputs [B, S, D] (extract_features reads these).
+    encoder_outputs, the output [B, S, D] of every transformer layer, first to last
+    (extract_features reads these).
     Outputs are in the compute dtype of `dtype` ("float32", "mixed_float16", "mixed_bfloat16").
     """
 
-    def __init__(self, config: BertConfig, dtype="float32", **kwargs):
+    def __init__(self, config, dtype="float32", **kwargs):
         kwargs.setdefault("name", "bert")
         super().__init__(dtype=dtype, **kwargs)
-        self.config = config
+        self.config = config = as_bert_config(config)
         policy = self.dtype_policy
         self.embeddings = BertEmbeddings(config, name="embeddings", dtype=policy)
         self.transformer_layers = [
@@ -53,14 +56,10 @@ class BertEncoder(keras.Model):
         x = self.embeddings(input_ids, segment_ids, training=training)         # [B, S, D]
         layer_outputs = []
         for layer in self.transformer_layers:
-            x = layer(x, attention_bias, training=training)
+            x = layer(x, attention_bias, training=training)                    # [B, S, D]
             layer_outputs.append(x)
         pooled = self.pooler(x[:, 0, :])                                       # [B, D]
         return {"sequence_output": x, "pooled_output": pooled, "encoder_outputs": layer_outputs}
 
     def get_config(self):
-        return {"config": self.config.to_dict(), "dtype": self.dtype_policy.name, "name": self.name}
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(BertConfig.from_dict(config["config"]), dtype=config["dtype"], name=config["name"])
+        return {**super().get_config(), "config": self.config.to_dict()}

@@ -5,10 +5,11 @@ from keras import ops
 
 from bert.activations import get_activation
 from bert.attention import dense
-from bert.config import BertConfig
+from bert.config import as_bert_config
 from bert.layer_norm import LayerNorm
 
-# Shapes: B batch, S sequence, P masked positions, D hidden, V vocab, C classes.
+# Shapes: B batch, S sequence, D hidden, N heads, H head size (D = N * H), I intermediate,
+# P masked positions (max predictions per sequence), V vocab.
 
 
 def gather_positions(sequence, positions):
@@ -17,19 +18,28 @@ def gather_positions(sequence, positions):
     return ops.take_along_axis(sequence, positions[:, :, None], axis=1)
 
 
+@keras.saving.register_keras_serializable(package="bert")
 class MaskedLMHead(keras.layers.Layer):
-    """Dense + activation + LayerNorm, then logits against the tied word embeddings.
+    """Dense + activation + LayerNorm, then logits against the word embeddings.
 
     Only the P masked positions are transformed, which saves the [B, S, V] logits that a full
     projection would materialise. Logits are float32 for a stable softmax cross-entropy.
+
+    word_embeddings: the [V, D] table the logits score against. BertPretrainer passes the
+    encoder's (tied, as BERT trains them). A variable is state, not configuration, so
+    get_config() leaves it out and a head rebuilt from its config creates a table of its own.
     """
 
-    def __init__(self, config: BertConfig, word_embeddings, **kwargs):
+    def __init__(self, config, word_embeddings=None, **kwargs):
         # autocast=False: the float32 output_bias is added to float32 logits; the table is cast
         # to the compute dtype explicitly below.
         super().__init__(autocast=False, **kwargs)
-        self.config = config
-        self.word_embeddings = word_embeddings  # [V, D], owned by BertEmbeddings
+        self.config = config = as_bert_config(config)
+        if word_embeddings is None:
+            init = keras.initializers.TruncatedNormal(stddev=config.initializer_range)
+            word_embeddings = self.add_weight(name="word_embeddings", initializer=init,
+                                              shape=(config.vocab_size, config.hidden_size))
+        self.word_embeddings = word_embeddings                                 # [V, D]
         self.transform = dense(config.hidden_size, config, "transform_dense", self.dtype_policy,
                                activation=get_activation(config.hidden_act))
         self.layer_norm = LayerNorm(config.layer_norm_eps, name="transform_LayerNorm",
@@ -53,12 +63,13 @@ class MaskedLMHead(keras.layers.Layer):
         return {**super().get_config(), "config": self.config.to_dict()}
 
 
+@keras.saving.register_keras_serializable(package="bert")
 class NextSentenceHead(keras.layers.Layer):
     """pooled_output [B, D] -> float32 logits [B, 2]; weights stored [2, D] as in Google's."""
 
-    def __init__(self, config: BertConfig, **kwargs):
+    def __init__(self, config, **kwargs):
         super().__init__(autocast=False, **kwargs)  # see MaskedLMHead
-        self.config = config
+        self.config = config = as_bert_config(config)
         init = keras.initializers.TruncatedNormal(stddev=config.initializer_range)
         self.output_weights = self.add_weight(name="output_weights", shape=(2, config.hidden_size),
                                               initializer=init)
@@ -74,13 +85,14 @@ class NextSentenceHead(keras.layers.Layer):
         return {**super().get_config(), "config": self.config.to_dict()}
 
 
+@keras.saving.register_keras_serializable(package="bert")
 class SpanHead(keras.layers.Layer):
     """SQuAD head: sequence_output [B, S, D] -> float32 start_logits, end_logits [B, S]."""
 
-    def __init__(self, config: BertConfig, **kwargs):
+    def __init__(self, config, **kwargs):
         super().__init__(**kwargs)
-        self.config = config
-        self.dense = dense(2, config, "dense", self.dtype_policy)
+        self.config = as_bert_config(config)
+        self.dense = dense(2, self.config, "dense", self.dtype_policy)
 
     def build(self, input_shape):
         self.dense.build((None, None, self.config.hidden_size))
@@ -93,12 +105,13 @@ class SpanHead(keras.layers.Layer):
         return {**super().get_config(), "config": self.config.to_dict()}
 
 
+@keras.saving.register_keras_serializable(package="bert")
 class ClassifierHead(keras.layers.Layer):
-    """GLUE head: pooled_output [B, D] -> dropout -> float32 logits [B, C]."""
+    """GLUE head: pooled_output [B, D] -> dropout -> float32 logits [B, num_classes]."""
 
-    def __init__(self, config: BertConfig, num_classes: int, **kwargs):
+    def __init__(self, config, num_classes: int, **kwargs):
         super().__init__(**kwargs)
-        self.config = config
+        self.config = config = as_bert_config(config)
         self.num_classes = num_classes
         self.dropout = keras.layers.Dropout(config.hidden_dropout_prob, name="dropout", dtype=self.dtype_policy)
         self.dense = dense(num_classes, config, "dense", self.dtype_policy)

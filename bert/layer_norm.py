@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 
+@keras.saving.register_keras_serializable(package="bert")
 class LayerNorm(keras.layers.Layer):
     """Layer normalisation over the last axis with Google's gamma/beta names.
 

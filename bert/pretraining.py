@@ -3,25 +3,26 @@
 import keras
 from keras import ops
 
-from bert.config import BertConfig
+from bert.config import as_bert_config
 from bert.encoder import BertEncoder
 from bert.heads import MaskedLMHead, NextSentenceHead
 
-# Shapes: B batch, S sequence, P max predictions per sequence, V vocab.
+# Shapes: B batch, S sequence, D hidden, N heads, H head size (D = N * H), I intermediate,
+# P masked positions (max predictions per sequence), V vocab.
 
 
+@keras.saving.register_keras_serializable(package="bert")
 class BertPretrainer(keras.Model):
-    """Encoder + MLM + NSP heads.
+    """Encoder + MLM + NSP heads; the MLM head scores against the encoder's word embeddings.
 
     Inputs: input_ids, input_mask, segment_ids [B, S] and masked_lm_positions [B, P] (int).
     Outputs: mlm_logits [B, P, V] and nsp_logits [B, 2], both float32.
     """
 
-    def __init__(self, config: BertConfig, dtype="float32", encoder: BertEncoder | None = None,
-                 **kwargs):
+    def __init__(self, config, dtype="float32", encoder: BertEncoder | None = None, **kwargs):
         kwargs.setdefault("name", "bert_pretrainer")
         super().__init__(dtype=dtype, **kwargs)
-        self.config = config
+        self.config = config = as_bert_config(config)
         self.encoder = encoder if encoder is not None else BertEncoder(config, dtype=dtype)
         policy = self.dtype_policy
         self.masked_lm = MaskedLMHead(config, self.encoder.embeddings.word_embeddings,
@@ -38,30 +39,44 @@ class BertPretrainer(keras.Model):
         }
 
     def get_config(self):
-        return {"config": self.config.to_dict(), "dtype": self.dtype_policy.name, "name": self.name}
+        # The encoder is a layer: stored as its own serialized config, as keras-hub stores a
+        # task's backbone.
+        return {**super().get_config(), "config": self.config.to_dict(),
+                "encoder": keras.saving.serialize_keras_object(self.encoder)}
 
     @classmethod
     def from_config(cls, config):
-        return cls(BertConfig.from_dict(config["config"]), dtype=config["dtype"], name=config["name"])
+        config = dict(config)
+        if isinstance(config.get("encoder"), dict):
+            config["encoder"] = keras.saving.deserialize_keras_object(config["encoder"])
+        return cls(**config)
 
 
 def pretraining_losses(outputs, features):
     """Google's pretraining loss: weighted mean MLM cross-entropy + mean NSP cross-entropy.
 
     features holds masked_lm_ids [B, P], masked_lm_weights [B, P] float and
-    next_sentence_labels [B, 1]. Returns float32 scalars {loss, mlm_loss, nsp_loss} and the
-    counts the metrics need.
+    next_sentence_labels [B, 1]. Returns float32 scalars: loss, mlm_loss, nsp_loss (this batch's
+    means) and the sums they are made of, mlm_loss_sum over masked_tokens (the weights' sum) and
+    nsp_loss_sum over sequences, so a trainer can normalise by counts over many micro-batches and
+    workers instead of averaging per-batch means.
     """
     mlm_logits = outputs["mlm_logits"]                                         # [B, P, V]
     labels = ops.cast(features["masked_lm_ids"], "int32")                      # [B, P]
     weights = ops.cast(features["masked_lm_weights"], "float32")               # [B, P]
-    log_probs = ops.log_softmax(mlm_logits, axis=-1)
+    log_probs = ops.log_softmax(mlm_logits, axis=-1)                           # [B, P, V]
     label_log_probs = ops.squeeze(
         ops.take_along_axis(log_probs, labels[:, :, None], axis=-1), -1)       # [B, P]
-    mlm_loss = -ops.sum(label_log_probs * weights) / (ops.sum(weights) + 1e-5)
+    mlm_loss_sum = -ops.sum(label_log_probs * weights)
+    masked_tokens = ops.sum(weights)
+    mlm_loss = mlm_loss_sum / (masked_tokens + 1e-5)
 
     nsp_labels = ops.cast(ops.reshape(features["next_sentence_labels"], (-1,)), "int32")  # [B]
     nsp_log_probs = ops.log_softmax(outputs["nsp_logits"], axis=-1)            # [B, 2]
-    nsp_loss = -ops.mean(ops.squeeze(
+    nsp_loss_sum = -ops.sum(ops.squeeze(
         ops.take_along_axis(nsp_log_probs, nsp_labels[:, None], axis=-1), -1))
-    return {"loss": mlm_loss + nsp_loss, "mlm_loss": mlm_loss, "nsp_loss": nsp_loss}
+    sequences = ops.cast(ops.size(nsp_labels), "float32")
+    nsp_loss = nsp_loss_sum / sequences
+    return {"loss": mlm_loss + nsp_loss, "mlm_loss": mlm_loss, "nsp_loss": nsp_loss,
+            "mlm_loss_sum": mlm_loss_sum, "masked_tokens": masked_tokens,
+            "nsp_loss_sum": nsp_loss_sum, "sequences": sequences}

@@ -15,6 +15,8 @@ Both tokenizers expose: `vocab`, `inv_vocab`, `vocab_size`, `tokenize`,
 
 import os
 
+from bert.errors import BertError, BertFileNotFoundError
+
 PAD_TOKEN = "[PAD]"
 UNK_TOKEN = "[UNK]"
 CLS_TOKEN = "[CLS]"
@@ -28,14 +30,14 @@ MAX_INPUT_CHARS_PER_WORD = 100
 
 def _require_file(path, what):
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"{what} not found: {path!r} (check the path you passed).")
+        raise BertFileNotFoundError(f"{what} not found: {path!r} (check the path you passed).")
 
 
 def load_vocab(vocab_file):
     """Reads a Google-format vocab.txt (one token per line, id = line number).
 
-    Returns dict[str, int]. Raises FileNotFoundError if the file is missing and
-    ValueError (naming the file) if it is not UTF-8 text or is empty.
+    Returns dict[str, int]. Raises BertFileNotFoundError if the file is missing and
+    BertError (a ValueError naming the file) if it is not UTF-8 text or is empty.
     """
     _require_file(vocab_file, "Vocabulary file")
     vocab = {}
@@ -45,17 +47,17 @@ def load_vocab(vocab_file):
                 # Google strips each line, which also tolerates CRLF files.
                 vocab[line.strip()] = index
     except UnicodeDecodeError as e:
-        raise ValueError(f"Vocabulary file {vocab_file!r} is not UTF-8 text: {e}.") from e
+        raise BertError(f"Vocabulary file {vocab_file!r} is not UTF-8 text: {e}.") from e
     if not vocab:
-        raise ValueError(f"Vocabulary file {vocab_file!r} is empty.")
+        raise BertError(f"Vocabulary file {vocab_file!r} is empty.")
     return vocab
 
 
 def check_special_tokens(vocab, source):
-    """Raises ValueError naming `source` if any of SPECIAL_TOKENS is missing from `vocab`."""
+    """Raises BertError naming `source` if any of SPECIAL_TOKENS is missing from `vocab`."""
     missing = [t for t in SPECIAL_TOKENS if t not in vocab]
     if missing:
-        raise ValueError(
+        raise BertError(
             f"{source!r} lacks the special token(s) {', '.join(missing)}; BERT needs all of "
             f"{', '.join(SPECIAL_TOKENS)}. Use a vocabulary built for BERT or add them."
         )
@@ -145,7 +147,7 @@ class WordPieceTokenizer(_TokenizerBase):
 
     @property
     def backend(self):
-        """The Rust `tokenizers.Tokenizer` doing the work (read by data/instances_native.py,
+        """The Rust `tokenizers.Tokenizer` doing the work (read by data/pretraining/native.py,
         which mirrors its normalizer and pre-tokenizer in C)."""
         return self._tokenizer
 
@@ -181,7 +183,7 @@ class SentencePieceTokenizer(_TokenizerBase):
         try:
             processor.Load(spm_model_file)
         except (OSError, RuntimeError) as e:
-            raise ValueError(
+            raise BertError(
                 f"{spm_model_file!r} is not a readable SentencePiece model: {e}."
             ) from e
         vocab = {processor.IdToPiece(i): i for i in range(processor.GetPieceSize())}
@@ -213,7 +215,7 @@ def build_tokenizer(vocab_file=None, spm_model_file=None, do_lower_case=True):
     Exactly one of the two must be given.
     """
     if (vocab_file is None) == (spm_model_file is None):
-        raise ValueError(
+        raise BertError(
             "Give exactly one of vocab_file (a WordPiece vocab.txt) or spm_model_file "
             f"(a SentencePiece .model); got vocab_file={vocab_file!r}, "
             f"spm_model_file={spm_model_file!r}."
@@ -223,7 +225,13 @@ def build_tokenizer(vocab_file=None, spm_model_file=None, do_lower_case=True):
     return SentencePieceTokenizer(spm_model_file, do_lower_case=do_lower_case)
 
 
-def _truncate_seq_pair(tokens_a, tokens_b, max_length):
+def truncate_pair_longest_first(tokens_a, tokens_b, max_length):
+    """Cuts the lists in place, from the end, until their total length is at most `max_length`.
+
+    Deterministic (fine-tuning and feature extraction, as Google's run_classifier): unlike the
+    pretraining's data.pretraining.instances.truncate_seq_pair, which cuts front or back at
+    random.
+    """
     # One token at a time from the longer side: a short sequence keeps more of
     # its (proportionally more valuable) tokens. Ties cut B, as Google does.
     while len(tokens_a) + len(tokens_b) > max_length:
@@ -245,11 +253,11 @@ def encode_pair(tokenizer, text_a, text_b=None, *, max_seq_length):
     tokens_b = tokenizer.tokenize(text_b) if text_b else None
     specials = 3 if tokens_b is not None else 2
     if max_seq_length < specials:
-        raise ValueError(
+        raise BertError(
             f"max_seq_length={max_seq_length} leaves no room for the {specials} special tokens."
         )
     if tokens_b is not None:
-        _truncate_seq_pair(tokens_a, tokens_b, max_seq_length - 3)
+        truncate_pair_longest_first(tokens_a, tokens_b, max_seq_length - 3)
     else:
         del tokens_a[max_seq_length - 2 :]
 

@@ -4,16 +4,21 @@ import keras
 
 from bert.activations import get_activation
 from bert.attention import SelfAttention, dense
-from bert.config import BertConfig
+from bert.config import as_bert_config
 from bert.layer_norm import LayerNorm
 
+# Shapes: B batch, S sequence, D hidden, N heads, H head size (D = N * H), I intermediate,
+# P masked positions (max predictions per sequence), V vocab.
 
+
+@keras.saving.register_keras_serializable(package="bert")
 class TransformerLayer(keras.layers.Layer):
-    """x [B, S, D] -> [B, S, D]: attention, residual + LN, feed-forward, residual + LN."""
+    """x [B, S, D] and attention_bias [B, 1, 1, S] -> [B, S, D]: attention, residual + LN,
+    feed-forward, residual + LN."""
 
-    def __init__(self, config: BertConfig, **kwargs):
+    def __init__(self, config, **kwargs):
         super().__init__(**kwargs)
-        self.config = config
+        self.config = config = as_bert_config(config)
         policy = self.dtype_policy
         self.attention = SelfAttention(config, name="attention_self", dtype=policy)
         self.attention_output = dense(config.hidden_size, config, "attention_output_dense", policy)
@@ -23,7 +28,7 @@ class TransformerLayer(keras.layers.Layer):
                                   activation=get_activation(config.hidden_act))
         self.output_dense = dense(config.hidden_size, config, "output_dense", policy)
         self.output_layer_norm = LayerNorm(config.layer_norm_eps, name="output_LayerNorm", dtype=policy)
-        self.dropout = keras.layers.Dropout(config.hidden_dropout_prob, name="dropout", dtype=self.dtype_policy)
+        self.dropout = keras.layers.Dropout(config.hidden_dropout_prob, name="dropout", dtype=policy)
 
     def build(self, input_shape):
         d, i = self.config.hidden_size, self.config.intermediate_size

@@ -132,14 +132,15 @@ def read_json(path: str, what: str = "JSON file"):
         raise UserError(f"The {what} {path!r} is not valid JSON ({e}).") from None
 
 
-def expand_globs(spec, what: str = "input files") -> list[str]:
+def expand_globs(spec, what: str = "input files", source: str | None = None) -> list[str]:
     """Comma-separated (or listed) paths and glob patterns -> existing files, sorted per pattern,
     duplicates dropped, order of the patterns kept. A pattern that matches nothing is a UserError
-    naming it (a typo must not silently drop data)."""
+    naming it and `source` (the flag or file it came from): a typo must not silently drop data."""
+    origin = f" (from {source})" if source else ""
     patterns = [p.strip() for p in (spec.split(",") if isinstance(spec, str) else spec)]
     patterns = [p for p in patterns if p]
     if not patterns:
-        raise UserError(f"No {what} given.")
+        raise UserError(f"No {what} given{origin}.")
     files, seen = [], set()
     for pattern in patterns:
         pattern = os.path.expanduser(pattern)
@@ -152,7 +153,7 @@ def expand_globs(spec, what: str = "input files") -> list[str]:
         else:
             matches = [pattern] if os.path.isfile(pattern) else []
         if not matches:
-            raise UserError(f"The {what} pattern {pattern!r} matches no file.")
+            raise UserError(f"No {what} match {pattern!r}{origin}.")
         for match in matches:
             if match not in seen:
                 seen.add(match)

@@ -32,7 +32,7 @@ class Progress:
         self.is_tty = is_tty
         self.log_interval = log_interval
         self.enabled = enabled
-        self.done = 0.0
+        self.done = 0  # stays an int while the increments are ints, so counts print without ".0"
         self.start = time.monotonic()
         self._last_line = self.start
         self._closed = False

@@ -1,8 +1,8 @@
 """Restartable stage outputs: atomic writes and a per-directory manifest of verified results.
 
-Every stage writes each output to `<name>.tmp` and renames it only when complete, so a file
-under its final name is never half-written (a killed run leaves only `.tmp` files, which are
-ignored and overwritten). Each stage output directory holds `manifest.json`:
+Every stage writes each output through common.files (a hidden temporary beside it, renamed
+only when complete), so a file under its final name is never half-written; a killed run leaves
+only temporaries, which are ignored and cleaned. Each stage output directory holds `manifest.json`:
 
     {"stage": "sharding", "params": {...}, "outputs": {"training/x_0.txt":
         {"sha256": "...", "bytes": 123, "counts": {"documents": 10, ...}}}, "complete": true}
@@ -16,87 +16,27 @@ and rank 0 merges the parts, so no two processes ever write the same file.
 from __future__ import annotations
 
 import contextlib
-import errno
 import glob
-import hashlib
 import json
 import os
 
+from common.errors import UserError
+from common.files import read_json, sha256_file, write_text
+
 MANIFEST_NAME = "manifest.json"
-TMP_SUFFIX = ".tmp"
-_HASH_CHUNK = 1 << 20
 
 
-class PrepError(Exception):
-    """A problem the user can fix (bad path, bad input, bad flag); the CLI prints it as one sentence."""
+def input_identity(path: str) -> list:
+    """[absolute path, size, mtime]: what a stage records of an input so a changed input redoes it."""
+    st = os.stat(path)
+    return [os.path.abspath(path), st.st_size, st.st_mtime_ns]
 
 
-def sha256_file(path: str) -> str:
-    digest = hashlib.sha256()
-    buffer = memoryview(bytearray(_HASH_CHUNK))  # one fixed buffer: memory does not follow file size
-    with open(path, "rb", buffering=0) as f:
-        while n := f.readinto(buffer):
-            digest.update(buffer[:n])
-    return digest.hexdigest()
-
-
-def tmp_path(path: str) -> str:
-    return path + TMP_SUFFIX
-
-
-def _fsync_dir(directory: str) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def commit(tmp: str, final: str) -> None:
-    """fsyncs `tmp` and renames it to `final` (atomic on POSIX)."""
-    with open(tmp, "rb+") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, final)
-    _fsync_dir(os.path.dirname(os.path.abspath(final)))
-
-
-@contextlib.contextmanager
-def atomic_output(path: str):
-    """Yields a temporary path to write; renames it to `path` on success, deletes it on error."""
-    tmp = tmp_path(path)
+def _read_manifest(path: str):
     try:
-        yield tmp
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(tmp)
-        raise
-    commit(tmp, path)
-
-
-def ensure_writable_dir(directory: str, what: str = "output directory") -> None:
-    """Creates `directory` if needed and proves it is writable, or raises PrepError naming it."""
-    try:
-        os.makedirs(directory, exist_ok=True)
-        probe = os.path.join(directory, f".write_test_{os.getpid()}")
-        with open(probe, "w") as f:
-            f.write("ok")
-        os.remove(probe)
-    except OSError as e:
-        reason = e.strerror or str(e)
-        if e.errno in (errno.ENOTDIR, errno.EEXIST):
-            reason = "a path component is a file, not a directory"
-        raise PrepError(f"Cannot write to the {what} {directory!r} ({reason}); pass a writable "
-                        f"--data_dir / --output_dir or fix its permissions.") from None
-
-
-def _read_json(path: str):
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        # An unreadable manifest only costs a redo; it must never stop a run.
-        return None
+        return read_json(path, "manifest")
+    except UserError:
+        return None  # an unreadable manifest only costs a redo; it must never stop a run
 
 
 class Manifest:
@@ -127,7 +67,7 @@ class Manifest:
         sources = [os.path.join(directory, MANIFEST_NAME)]
         sources += sorted(glob.glob(os.path.join(directory, "manifest.*.part.json")))
         for source in sources:
-            data = _read_json(source)
+            data = _read_manifest(source)
             if not isinstance(data, dict):
                 continue
             if data.get("stage") != stage or data.get("params") != manifest.params:
@@ -190,11 +130,7 @@ class Manifest:
         data = {"stage": self.stage, "params": self.params, "complete": self.complete,
                 "outputs": dict(sorted(self.outputs.items()))}
         os.makedirs(self.directory, exist_ok=True)
-        tmp = tmp_path(self.path)
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=1, sort_keys=False)
-            f.write("\n")
-        commit(tmp, self.path)
+        write_text(self.path, json.dumps(data, indent=1, sort_keys=False) + "\n")
 
     def merge_parts(self) -> None:
         """Rank 0, after a barrier: folds every `manifest.*.part.json` into manifest.json and deletes them."""

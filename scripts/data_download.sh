@@ -111,7 +111,7 @@ fi
 { mkdir -p "$data_dir" 2>/dev/null && [[ -w "$data_dir" ]]; } || die "cannot write to --data_dir '$data_dir'."
 data_dir="$(cd "$data_dir" && pwd)"
 
-prep=("$PY" -m data.prep --data_dir "$data_dir")
+prep=("$PY" prepare_data.py --data_dir "$data_dir")
 common=(--dataset "$dataset" --n_training_shards "$n_training_shards" --n_test_shards "$n_test_shards"
         --fraction_test_set "$fraction_test_set")
 [[ -z "$n_processes" ]] || common+=(--n_processes "$n_processes")

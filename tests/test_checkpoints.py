@@ -26,11 +26,11 @@ def _assert_same(a, b):
         np.testing.assert_array_equal(a[k], b[k])
 
 
-@pytest.mark.parametrize("writer", ["google", "ours", "huggingface"])
+@pytest.mark.parametrize("writer", ["google", "trainer", "huggingface"])
 def test_round_trip_gives_identical_outputs(tiny_config, tmp_path, writer):
     source = BertPretrainer(tiny_config)
     batch = random_batch(tiny_config)
-    save = {"google": checkpoints.save_google, "ours": checkpoints.save_ours,
+    save = {"google": checkpoints.save_google, "trainer": checkpoints.save_trainer_checkpoint,
             "huggingface": checkpoints.save_huggingface}[writer]
     save(source, str(tmp_path))
     config = checkpoints.read_config_beside(str(tmp_path))
@@ -132,8 +132,8 @@ def _convert(*args):
 def test_converter_cli_chain_preserves_outputs(tiny_config, tmp_path):
     model = BertPretrainer(tiny_config)
     checkpoints.save_huggingface(model, str(tmp_path / "hf"))
-    steps = [("hf", "google"), ("google", "ours"), ("ours", "hf2")]
-    formats = {"google": "google", "ours": "ours", "hf2": "huggingface"}
+    steps = [("hf", "google"), ("google", "trainer"), ("trainer", "hf2")]
+    formats = {"google": "google", "trainer": "trainer", "hf2": "huggingface"}
     for src, dst in steps:
         result = _convert("--input", str(tmp_path / src), "--output_dir", str(tmp_path / dst),
                           "--output_format", formats[dst])

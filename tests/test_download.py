@@ -11,8 +11,9 @@ import zipfile
 
 import pytest
 
-from data import download
-from data.download import DownloadError, Source, download_dataset, fetch
+from common.files import is_temporary
+from data.corpus import download
+from data.corpus.download import DownloadError, Source, download_dataset, fetch
 
 
 class FileServer:
@@ -215,7 +216,7 @@ def test_wikipedia_dump_via_mirror_with_published_md5(server, tmp_path):
 
 
 def test_download_action_of_the_cli(server, tmp_path, capsys):
-    from data import prep
+    import prepare_data
 
     name = "enwiki-20240601-pages-articles.xml.bz2"
     dump = bz2.compress(b"<mediawiki></mediawiki>")
@@ -223,12 +224,12 @@ def test_download_action_of_the_cli(server, tmp_path, capsys):
     server.files["/enwiki/20240601/enwiki-20240601-md5sums.txt"] = f"{hashlib.md5(dump).hexdigest()}  {name}\n".encode()
     args = ["--action", "download", "--dataset", "wikicorpus_en", "--wiki_dump", "20240601",
             "--mirror", server.base, "--data_dir", str(tmp_path), "--no_progress"]
-    assert prep.main(args, environ={}) == 0
+    assert prepare_data.main(args, environ={}) == 0
     assert (tmp_path / "download" / "wikicorpus_en" / "wikicorpus_en.xml.bz2").read_bytes() == dump
     assert "[download] done: files=1  skipped=0  downloaded=1" in capsys.readouterr().err
     server.files.clear()
-    assert prep.main(args[:-1], environ={}) == 0  # verified from the manifest: no request needed
-    assert prep.main(["--action", "download", "--dataset", "glue", "--glue_tasks", "NOPE",
+    assert prepare_data.main(args[:-1], environ={}) == 0  # verified from the manifest: no request needed
+    assert prepare_data.main(["--action", "download", "--dataset", "glue", "--glue_tasks", "NOPE",
                       "--data_dir", str(tmp_path)], environ={}) == 2
     assert "Unknown GLUE task(s) NOPE" in capsys.readouterr().err
 
@@ -263,7 +264,7 @@ def test_glue_zip_and_mrpc_are_extracted_and_formatted(server, tmp_path):
     assert (glue / "MRPC" / "dev.tsv").read_text().splitlines() == [header.strip(), "0\t21\t22\tIt rained.\tIt was sunny."]
     assert (glue / "MRPC" / "train.tsv").read_text().splitlines()[1:] == ["1\t11\t12\tHe came.\tHe arrived."]
     assert (glue / "MRPC" / "test.tsv").read_text().splitlines()[1] == "0\t31\t32\tYes.\tIndeed."
-    assert not [p for p in glue.rglob("*") if p.name.endswith((".tmp", ".part"))]
+    assert not [p for p in glue.rglob("*") if p.name.endswith(".part") or is_temporary(p.name)]
 
 
 def test_builtin_sources_are_pinned():
@@ -273,5 +274,5 @@ def test_builtin_sources_are_pinned():
     wiki = download.dataset_sources("wikicorpus_en", wiki_dump="20240601")[0]
     assert wiki.url.endswith("/enwiki/20240601/enwiki-20240601-pages-articles.xml.bz2")
     assert wiki.md5_list_url.endswith("/enwiki/20240601/enwiki-20240601-md5sums.txt")
-    with pytest.raises(download.PrepError, match="Unknown GLUE task"):
+    with pytest.raises(download.UserError, match="Unknown GLUE task"):
         download.glue_sources(["NOPE"])

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from data import schema
+from data.pretraining import schema, tfrecord
 from training.input_pipeline import (count_records, expand_file_patterns, pretraining_dataset,
                                      verify_files, worker_files)
 
@@ -17,7 +17,7 @@ S, P = 16, 4
 def write_file(path, n, start, S=S, P=P):
     """n examples whose input_ids[1] is a unique serial number start, start + 1, ..."""
     rng = random.Random(start)
-    with schema.RecordWriter(str(path)) as w:
+    with tfrecord.RecordWriter(str(path)) as w:
         for k in range(start, start + n):
             length = rng.randrange(5, S + 1)
             ids = [2, k] + [rng.randrange(5, 99) for _ in range(length - 3)] + [3]

@@ -1,4 +1,4 @@
-"""Every action of `python -m data.prep`, from a raw corpus to TFRecords the input pipeline reads."""
+"""Every action of `python prepare_data.py`, from a raw corpus to TFRecords the input pipeline reads."""
 
 import glob
 import json
@@ -11,7 +11,11 @@ import sys
 import numpy as np
 import pytest
 
-from data import paths, prep
+from common.errors import UserError
+from common.files import temporary_name
+from data import paths
+import prepare_data
+from data.pretraining import stage
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(ROOT, "tests", "fixtures")
@@ -21,7 +25,7 @@ RECORDS = ["--max_seq_length", "128", "--max_predictions_per_seq", "20", "--dupe
 
 
 def _prep(data_dir, *args):
-    code = prep.main(["--data_dir", str(data_dir), *args], environ={})
+    code = prepare_data.main(["--data_dir", str(data_dir), *args], environ={})
     assert code == 0, args
     return code
 
@@ -114,7 +118,7 @@ def prepared(tmp_path):
 
 
 def _run_records(data_dir, *extra, processes="1"):
-    stats = prep.run(prep.build_parser().parse_args(
+    stats = prepare_data.run(prepare_data.parse_flags(
         ["--data_dir", str(data_dir), "--action", "create_tfrecord_files", "--dataset", "notes", *SHARDS,
          *RECORDS, "--n_processes", processes, *extra]), environ={})
     return stats
@@ -138,7 +142,7 @@ def test_restart_redoes_only_the_corrupt_or_unfinished_output(prepared):
 
     # A killed run: the output is missing and the writers' temporaries are left behind.
     os.remove(target)
-    leftovers = [target + ".tmp", os.path.join(out, "training", ".notes_training_1.tfrecord.partial-999")]
+    leftovers = [temporary_name(target), os.path.join(out, "training", ".notes_training_1.tfrecord.tmp-999")]
     for path in leftovers:
         with open(path, "wb") as f:
             f.write(original[:100])
@@ -159,20 +163,20 @@ def test_bad_inputs_stop_with_one_sentence(prepared, tmp_path, capsys):
     bad_vocab.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\nthe\n")
     args = ["--data_dir", str(prepared), "--action", "create_tfrecord_files", "--dataset", "notes", *SHARDS,
             *RECORDS]
-    assert prep.main(args + ["--vocab_file", str(bad_vocab)], environ={}) == 2
+    assert prepare_data.main(args + ["--vocab_file", str(bad_vocab)], environ={}) == 2
     assert "lacks the special token(s) [MASK]" in capsys.readouterr().err
     blocker = tmp_path / "a_file"
     blocker.write_text("")
-    assert prep.main(args + ["--output_dir", str(blocker / "out")], environ={}) == 2
+    assert prepare_data.main(args + ["--output_dir", str(blocker / "out")], environ={}) == 2
     err = capsys.readouterr().err
     assert "Cannot write to the TFRecord output directory" in err and err.count("\n") == 1
-    assert prep.main(["--data_dir", str(prepared), "--action", "create_tfrecord_files", "--dataset", "other",
+    assert prepare_data.main(["--data_dir", str(prepared), "--action", "create_tfrecord_files", "--dataset", "other",
                       *SHARDS, *RECORDS, "--vocab_file", str(bad_vocab)], environ={}) == 2
-    assert prep.main(["--data_dir", str(prepared), "--action", "sharding", "--dataset", "notes",
+    assert prepare_data.main(["--data_dir", str(prepared), "--action", "sharding", "--dataset", "notes",
                       "--n_training_shards", "20", "--n_test_shards", "1", "--fraction_test_set", "0.1"],
                      environ={}) == 2
     assert "fewer than --n_training_shards 20" in capsys.readouterr().err
-    assert prep.main(["--data_dir", str(prepared), "--action", "text_formatting", "--dataset", "x"],
+    assert prepare_data.main(["--data_dir", str(prepared), "--action", "text_formatting", "--dataset", "x"],
                      environ={}) == 2
     assert "Pass --input_files" in capsys.readouterr().err
 
@@ -183,28 +187,8 @@ def test_sharding_interrupted_refuses_tfrecords(prepared):
     manifest["complete"] = False
     with open(os.path.join(shard_dir, "manifest.json"), "w") as f:
         json.dump(manifest, f)
-    with pytest.raises(prep.PrepError, match="did not finish"):
+    with pytest.raises(UserError, match="did not finish"):
         _run_records(prepared)
-
-
-def test_progress_bar_on_a_terminal_and_plain_lines_in_logs():
-    import io
-
-    from data.progress import Progress, summary
-
-    stream = io.StringIO()
-    with Progress("sharding", total=200e6, stream=stream, is_tty=False, log_interval=0) as bar:
-        bar.update(50e6)
-        bar(50e6)
-    lines = stream.getvalue().splitlines()
-    assert len(lines) == 3 and "\r" not in stream.getvalue()
-    assert re.fullmatch(r"sharding   50.0%  100.0 MB/200.0 MB  [0-9.]+ [kMG]?B/s  ETA \d+:\d\d:\d\d", lines[1])
-    tty = io.StringIO()
-    with Progress("vocab", total=10, unit="docs", stream=tty, is_tty=True) as bar:
-        bar.update(5)
-    assert tty.getvalue().startswith("\rvocab  [############------------]   50.0%  5 docs/10 docs")
-    assert summary("x", {"documents": 1234, "seconds": 1.5}, stream=io.StringIO()) == \
-        "[x] done: documents=1,234  seconds=1.50"
 
 
 def test_ranks_split_the_shards_deterministically(tmp_path):
@@ -212,12 +196,12 @@ def test_ranks_split_the_shards_deterministically(tmp_path):
     for i, size in enumerate([50, 400, 100, 300, 200]):
         os.makedirs(shard_dir / "training", exist_ok=True)
         (shard_dir / "training" / f"d_training_{i}.txt").write_text("x" * size)
-    rels = prep.list_shards(str(shard_dir))
+    rels = stage.list_shards(str(shard_dir))
     assert rels == [f"training/d_training_{i}.txt" for i in range(5)]
-    ranks = prep.assign_to_ranks(str(shard_dir), rels, 2)
+    ranks = stage.assign_to_ranks(str(shard_dir), rels, 2)
     assert ranks == [["training/d_training_0.txt", "training/d_training_1.txt", "training/d_training_2.txt"],
                      ["training/d_training_3.txt", "training/d_training_4.txt"]]
-    assert prep.shard_seed(12345, "training/d_training_0.txt") != prep.shard_seed(12345, "test/d_test_0.txt")
+    assert stage.shard_seed(12345, "training/d_training_0.txt") != stage.shard_seed(12345, "test/d_test_0.txt")
 
 
 @pytest.mark.slow
@@ -227,7 +211,7 @@ def test_mpirun_two_ranks_write_what_one_process_writes(prepared):
         pytest.skip("mpirun is not installed")
     single = _run_records(prepared, "--output_dir", str(prepared / "single"))
     command = [mpirun, "-np", "2", "--oversubscribe"] + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
-    command += [sys.executable, "-m", "data.prep", "--data_dir", str(prepared), "--action",
+    command += [sys.executable, "prepare_data.py", "--data_dir", str(prepared), "--action",
                 "create_tfrecord_files", "--dataset", "notes", *SHARDS, *RECORDS, "--n_processes", "1",
                 "--output_dir", str(prepared / "mpi")]
     env = {**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")}

@@ -1,15 +1,15 @@
-"""data/schema.py: the bytes we write are what protobuf writes, Google's reader reads them back
-exactly, and the TFRecord framing is TensorFlow's."""
+"""The pretraining Example schema (data/pretraining/schema.py): the bytes we write are what protobuf
+writes, and Google's reader reads them back exactly."""
 
 import os
 import random
-import struct
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from data import instances_native, schema
+from data.pretraining import native as instances_native
+from data.pretraining import schema
 
 S, P = 16, 4
 
@@ -108,54 +108,6 @@ def test_parse_examples_gives_int32_and_float32():
     assert parsed["input_ids"].shape == (3, S) and parsed["next_sentence_labels"].shape == (3, 1)
 
 
-def test_crc32c_known_values():
-    # RFC 3720 / iSCSI check value, and TensorFlow's masking of it.
-    assert schema.crc32c(b"123456789") == 0xE3069283
-    assert schema.crc32c(b"") == 0
-    lib = instances_native.load(required=False)
-    if lib is not None:
-        data = bytes(range(256)) * 5 + b"tail"
-        table = schema._crc32c_table()
-        c = 0xFFFFFFFF
-        for b in data:
-            c = (c >> 8) ^ table[(c ^ b) & 0xFF]
-        assert instances_native.crc32c(lib, data) == c ^ 0xFFFFFFFF
-
-
-def test_records_round_trip_with_tensorflow(tmp_path):
-    rng = random.Random(3)
-    examples = [schema.serialize_example(random_features(rng, S, 2)) for _ in range(5)]
-    ours = str(tmp_path / "ours.tfrecord")
-    with schema.RecordWriter(ours) as w:
-        for e in examples:
-            w.write(e)
-    # TensorFlow reads our framing (it checks the CRCs) ...
-    assert [r.numpy() for r in tf.data.TFRecordDataset(ours)] == examples
-    # ... and writes the same bytes.
-    theirs = str(tmp_path / "theirs.tfrecord")
-    with tf.io.TFRecordWriter(theirs) as w:
-        for e in examples:
-            w.write(e)
-    assert open(ours, "rb").read() == open(theirs, "rb").read()
-    assert list(schema.read_records(ours)) == examples
-    assert schema.count_records(ours) == 5
-
-
-def test_corrupt_and_truncated_records_name_the_file(tmp_path):
-    path = str(tmp_path / "bad.tfrecord")
-    with schema.RecordWriter(path) as w:
-        w.write(b"x" * 40)
-        w.write(b"y" * 40)
-    data = bytearray(open(path, "rb").read())
-    data[12 + 56 + 20] ^= 0xFF  # a byte inside the second record's data
-    open(path, "wb").write(bytes(data))
-    with pytest.raises(schema.CorruptRecordError, match=r"bad\.tfrecord: corrupt record at byte 56"):
-        list(schema.read_records(path))
-    open(path, "wb").write(bytes(data[:-10]))
-    with pytest.raises(schema.CorruptRecordError, match="truncated"):
-        schema.count_records(path)
-
-
 def test_native_serializer_matches(tmp_path):
     lib = instances_native.load(required=False)
     if lib is None:
@@ -167,8 +119,3 @@ def test_native_serializer_matches(tmp_path):
         ours = instances_native.serialize_example(lib, layout, features, S, P)
         assert ours == schema.serialize_example(features)
     assert os.path.exists(instances_native._SOURCE)
-
-
-def test_frame_record_header():
-    framed = schema.frame_record(b"abc")
-    assert struct.unpack("<Q", framed[:8])[0] == 3 and framed[12:15] == b"abc" and len(framed) == 19

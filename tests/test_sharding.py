@@ -6,9 +6,9 @@ import tracemalloc
 
 import pytest
 
-from data.manifest import PrepError
-from data.segmentation import split_long, split_sentences
-from data.sharding import shard_corpus
+from common.errors import UserError
+from data.corpus.segmentation import split_long, split_sentences
+from data.corpus.sharding import shard_corpus
 
 
 def _quiet(*_):
@@ -111,12 +111,12 @@ def test_corrupt_or_missing_shard_is_redone_alone(tmp_path):
     stats = _shard(tmp_path, [path])
     assert stats["redone"] == 1 and target.read_bytes() == original
     assert all(p.stat().st_mtime_ns == m and p.read_bytes() == b for p, (m, b) in others.items())
-    # Simulated kill: the final file is gone and a half-written .tmp is left behind.
+    # Simulated kill: the final file is gone and a half-written temporary is left behind.
     target.unlink()
-    (out / "training" / "ds_training_2.txt.tmp").write_text("half")
+    (out / "training" / ".ds_training_2.txt.tmp-999").write_text("half")
     stats = _shard(tmp_path, [path])
     assert stats["redone"] == 1 and target.read_bytes() == original
-    assert not (out / "training" / "ds_training_2.txt.tmp").exists()
+    assert not (out / "training" / ".ds_training_2.txt.tmp-999").exists()
     assert _shard(tmp_path, [path])["skipped"] is True
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["complete"] and len(manifest["outputs"]) == 6
@@ -140,13 +140,13 @@ def test_long_sentences_are_cut_and_counted(tmp_path):
 
 def test_too_few_documents_fail_with_a_clear_message(tmp_path):
     path, _ = _corpus(tmp_path, n_docs=5)
-    with pytest.raises(PrepError, match=r"5 documents \(4 for training\), fewer than --n_training_shards 8"):
+    with pytest.raises(UserError, match=r"5 documents \(4 for training\), fewer than --n_training_shards 8"):
         _shard(tmp_path, [path], n_training_shards=8, n_test_shards=1, fraction_test=0.2)
-    with pytest.raises(PrepError, match=r"Only 1 of 5 documents go to the test set.*fewer than --n_test_shards 2"):
+    with pytest.raises(UserError, match=r"Only 1 of 5 documents go to the test set.*fewer than --n_test_shards 2"):
         _shard(tmp_path, [path], n_training_shards=2, n_test_shards=2, fraction_test=0.2)
-    with pytest.raises(PrepError, match="use both"):
+    with pytest.raises(UserError, match="use both"):
         _shard(tmp_path, [path], n_test_shards=0, fraction_test=0.2)
-    with pytest.raises(PrepError, match="run --action text_formatting first"):
+    with pytest.raises(UserError, match="run --action text_formatting first"):
         _shard(tmp_path, [str(tmp_path / "nope.txt")])
     assert not list((tmp_path / "sharded").rglob("*.txt"))
 

@@ -8,9 +8,10 @@ import tracemalloc
 
 import pytest
 
-from data import text_formatting, wikipedia
-from data.manifest import PrepError
-from data.text_formatting import format_corpus, iter_documents
+from data.corpus import text_formatting
+from data.corpus import wikipedia
+from common.errors import UserError
+from data.corpus.text_formatting import format_corpus, iter_documents
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
 WIKI = os.path.join(FIXTURES, "enwiki_sample.xml")
@@ -152,11 +153,11 @@ def test_invalid_utf8_is_replaced_and_counted(tmp_path):
 def test_truncated_and_malformed_dumps_fail_with_one_sentence(tmp_path):
     truncated = tmp_path / "cut.xml.bz2"
     truncated.write_bytes(bz2.compress(open(WIKI, "rb").read())[:2000])
-    with pytest.raises(PrepError, match="truncated download"):
+    with pytest.raises(UserError, match="truncated download"):
         _docs(str(truncated))
     malformed = tmp_path / "bad.xml"
     malformed.write_text("<mediawiki><page><title>X</title></mediawiki>")
-    with pytest.raises(PrepError, match="not a well-formed MediaWiki XML dump"):
+    with pytest.raises(UserError, match="not a well-formed MediaWiki XML dump"):
         _docs(str(malformed))
 
 
@@ -186,21 +187,23 @@ def test_a_killed_run_leaves_only_a_tmp_file(tmp_path, monkeypatch):
     monkeypatch.setattr(text_formatting, "iter_documents", explode)
     with pytest.raises(KeyboardInterrupt):
         format_corpus([JSONL], str(out), log=_quiet)
-    assert not out.exists() and not (tmp_path / "f" / "c.txt.tmp").exists()
+    assert sorted(p.name for p in (tmp_path / "f").iterdir()) == []
     monkeypatch.undo()
-    (tmp_path / "f" / "c.txt.tmp").write_text("half a file")   # as if the process were SIGKILLed
+    leftover = tmp_path / "f" / ".c.txt.tmp-999"
+    leftover.write_text("half a file")   # as if the process were SIGKILLed
     assert format_corpus([JSONL], str(out), log=_quiet)["documents"] == 10
+    assert not leftover.exists()
 
 
 def test_no_documents_and_unwritable_output_are_clear_errors(tmp_path):
     empty = tmp_path / "empty.jsonl"
     empty.write_text('{"text": ""}\n')
-    with pytest.raises(PrepError, match="No documents left"):
+    with pytest.raises(UserError, match="No documents left"):
         format_corpus([str(empty)], str(tmp_path / "o" / "x.txt"), log=_quiet)
     assert not (tmp_path / "o" / "x.txt").exists()
     blocker = tmp_path / "file"
     blocker.write_text("")
-    with pytest.raises(PrepError, match="Cannot write to the output directory"):
+    with pytest.raises(UserError, match="Cannot write to the output directory"):
         format_corpus([JSONL], str(blocker / "sub" / "x.txt"), log=_quiet)
-    with pytest.raises(PrepError, match="does not exist"):
+    with pytest.raises(UserError, match="does not exist"):
         format_corpus([str(tmp_path / "missing.xml")], str(tmp_path / "x.txt"), log=_quiet)

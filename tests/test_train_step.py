@@ -1,4 +1,5 @@
-"""The train step: accumulation equals one big batch, no extra update, fp16 overflow is skipped."""
+"""The train step: accumulation equals one big batch (also with unequal mask counts), no extra
+update, fp16 overflow is skipped, a non-finite fp32 update is never applied, evaluation sums."""
 
 import dataclasses
 
@@ -7,9 +8,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from bert.pretraining import BertPretrainer
+from bert.pretraining import BertPretrainer, pretraining_losses
 from conftest import random_batch
-from training.train_step import PretrainingStep
+from training.pretraining_objective import PretrainingObjective
+from training.train_step import PretrainingStep, TrainStep
 
 
 @pytest.fixture()
@@ -26,6 +28,14 @@ def _model(config, dtype="float32", seed=3):
 def _split(batch, parts):
     n = len(batch["input_ids"]) // parts
     return [{k: v[i * n:(i + 1) * n] for k, v in batch.items()} for i in range(parts)]
+
+
+def _unequal_masks(config, batch=8):
+    """A batch whose first half has 1 masked token per row and second half 4."""
+    b = random_batch(config, batch=batch, seq=16, predictions=4)
+    b["masked_lm_weights"] = np.ones((batch, 4), "float32")
+    b["masked_lm_weights"][: batch // 2, 1:] = 0.0
+    return b
 
 
 @pytest.mark.parametrize("jit", [True, False])
@@ -45,13 +55,43 @@ def test_accumulated_micro_batches_equal_one_big_batch(config, jit):
     assert int(acc_step.optimizer.iterations) == 1 and int(acc_step.accumulator.count) == 0
 
 
+def test_masked_lm_loss_is_normalised_by_the_update_s_mask_count(config):
+    """Micro-batches with 1 and 4 masks per row: the update is the big batch's (Google's loss on
+    all 8 rows), not the mean of two per-micro-batch means, which weights a sparse row's token 4x."""
+    batch = _unequal_masks(config)
+    initial = _model(config)
+    with tf.GradientTape() as tape:
+        loss = pretraining_losses(initial(batch), batch)["loss"]
+    gradients = tape.gradient(loss, initial.trainable_variables)
+    expected = [w.numpy() - 0.5 * tf.convert_to_tensor(g).numpy()
+                for w, g in zip(initial.trainable_variables, gradients)]
+    naive = []  # what averaging the micro-batches' own means would give
+    for half in _split(batch, 2):
+        with tf.GradientTape() as tape:
+            half_loss = pretraining_losses(initial(half), half)["loss"]
+        naive.append(tape.gradient(half_loss, initial.trainable_variables))
+    naive_update = [w.numpy() - 0.25 * (tf.convert_to_tensor(a) + tf.convert_to_tensor(b)).numpy()
+                    for w, a, b in zip(initial.trainable_variables, *naive)]
+
+    acc = _model(config)
+    metrics = PretrainingStep(acc, keras.optimizers.SGD(0.5), accumulation_steps=2)(_split(batch, 2))
+    got = [w.numpy() for w in acc.trainable_variables]
+    assert max(np.abs(a - b).max() for a, b in zip(naive_update, expected)) > 1e-4
+    for a, b in zip(got, expected):
+        np.testing.assert_allclose(a, b, atol=2e-6)
+    assert metrics["loss"] == pytest.approx(float(loss), abs=1e-5)
+    assert metrics["mlm_loss"] + metrics["nsp_loss"] == pytest.approx(metrics["loss"])
+
+
 def test_one_update_per_k_micro_batches_and_none_before(config):
     model = _model(config)
     step = PretrainingStep(model, keras.optimizers.SGD(0.1), accumulation_steps=3)
     batches = iter(_split(random_batch(config, batch=16, seq=16), 8))
     initial = [w.numpy().copy() for w in model.weights]
-    step._micro_step(next(batches))
-    step._micro_step(next(batches))
+    first, second = next(batches), next(batches)
+    denominators = step._denominators([first, second])
+    step._micro_step(first, denominators)
+    step._micro_step(second, denominators)
     assert all(np.array_equal(a, w.numpy()) for a, w in zip(initial, model.weights))
     assert int(step.optimizer.iterations) == 0 and int(step.accumulator.count) == 2
     step.accumulator.reset()
@@ -67,18 +107,49 @@ def test_float16_overflow_skips_the_update_and_halves_the_scale(config):
     optimizer = keras.optimizers.Adam(1e-3)
     step = PretrainingStep(model, optimizer)
     assert step.loss_scale.enabled and float(step.loss_scale.scale) == 2.0 ** 15
+    assert step.fp16_compression  # gradients travel as float16 between workers, unscaled
     metrics = step([random_batch(config)])
     assert metrics["applied"] and int(optimizer.iterations) == 1
+    # The accumulator held unscaled gradients: an SGD-free check is that Adam moved weights by
+    # about the learning rate, not 2^15 times less or more.
     weights = [w.numpy().copy() for w in model.weights]
     slots = [v.numpy().copy() for v in optimizer.variables]
     bad = [tf.zeros(v.shape, tf.float32) for v in step.variables]
     bad[3] = tf.fill(bad[3].shape, float("inf"))
-    applied = step._update(bad)
+    totals = {"mlm_loss": tf.constant(1.0), "nsp_loss": tf.constant(1.0),
+              "masked_tokens": tf.constant(3.0), "sequences": tf.constant(2.0)}
+    applied = step._update(bad, totals)
     assert not bool(applied)
     assert all(np.array_equal(a, w.numpy()) for a, w in zip(weights, model.weights))
     assert all(np.array_equal(a, v.numpy()) for a, v in zip(slots, optimizer.variables))
     assert int(optimizer.iterations) == 1  # so the schedule does not advance either
     assert float(step.loss_scale.scale) == 2.0 ** 14 and int(step.loss_scale.skipped_steps) == 1
+
+
+def test_float16_gradients_are_unscaled_like_float32(config):
+    batch = random_batch(config, batch=4, seq=16)
+    updates = {}
+    for dtype in ("float32", "mixed_float16"):
+        model = _model(config, dtype=dtype)
+        before = [w.numpy().copy() for w in model.trainable_variables]
+        PretrainingStep(model, keras.optimizers.SGD(1.0))([batch])
+        updates[dtype] = [w.numpy() - b for w, b in zip(model.trainable_variables, before)]
+    for a, b in zip(updates["float32"], updates["mixed_float16"]):
+        np.testing.assert_allclose(a, b, atol=5e-3 * max(1e-3, np.abs(a).max()) + 1e-4)
+
+
+def test_non_finite_float32_update_is_not_applied(config):
+    model = _model(config)
+    step = PretrainingStep(model, keras.optimizers.SGD(0.1))
+    assert not step.loss_scale.enabled and not step.fp16_compression
+    batch = random_batch(config, batch=4, seq=16)
+    batch["masked_lm_weights"] = batch["masked_lm_weights"].copy()
+    batch["masked_lm_weights"][0, 0] = np.nan
+    before = [w.numpy().copy() for w in model.weights]
+    metrics = step([batch])
+    assert not metrics["applied"] and not np.isfinite(metrics["loss"])
+    assert all(np.array_equal(a, w.numpy()) for a, w in zip(before, model.weights))
+    assert int(step.optimizer.iterations) == 0 and int(step.accumulator.count) == 0
 
 
 def test_loss_scale_grows_after_clean_steps():
@@ -92,12 +163,25 @@ def test_loss_scale_grows_after_clean_steps():
     assert float(off.scale_loss(tf.constant(3.0))) == 3.0 and bool(off.all_finite([tf.constant(np.inf)]))
 
 
-def test_evaluate_reports_masked_lm_accuracy(config):
+def test_evaluate_reports_accuracies_and_losses_over_all_batches(config):
     model = _model(config)
     step = PretrainingStep(model, keras.optimizers.SGD(0.1))
-    batch = random_batch(config, batch=4, seq=16)
-    result = step.evaluate([batch])
-    logits = model(batch)["mlm_logits"].numpy().argmax(-1)
+    batch = _unequal_masks(config, batch=4)
+    result = step.evaluate(iter(_split(batch, 2)))
+    outputs = model(batch)
+    logits = outputs["mlm_logits"].numpy().argmax(-1)
     w = batch["masked_lm_weights"]
     expected = ((logits == batch["masked_lm_ids"]) * w).sum() / w.sum()
-    assert result["mlm_accuracy"] == pytest.approx(expected) and result["batches"] == 1
+    losses = pretraining_losses(outputs, batch)  # the whole set at once, not a mean of batch means
+    assert result["mlm_accuracy"] == pytest.approx(expected) and result["batches"] == 2
+    assert result["mlm_loss"] == pytest.approx(float(losses["mlm_loss"]), rel=1e-5)
+    assert result["nsp_loss"] == pytest.approx(float(losses["nsp_loss"]), rel=1e-5)
+    assert 0.0 <= result["nsp_accuracy"] <= 1.0
+    assert step.evaluate(iter(_split(batch, 2)), max_batches=1)["batches"] == 1
+
+
+def test_accumulator_sums_are_not_training_state(config):
+    step = TrainStep(_model(config), keras.optimizers.SGD(0.1), PretrainingObjective())
+    state = {id(v) for v in step.state_variables}
+    assert not any(id(v) in state for v in step.accumulator.variables)
+    assert id(step.optimizer.iterations) in state and id(step.loss_scale.scale) in state

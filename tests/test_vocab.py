@@ -5,8 +5,9 @@ import os
 import pytest
 
 from bert.tokenization import SPECIAL_TOKENS, build_tokenizer, load_vocab
-from data import prep, vocab
-from data.manifest import PrepError
+import prepare_data
+from data.corpus import vocab
+from common.errors import UserError
 
 TRAIN_TEXT = """The patient was admitted with chest pain and discharged after three days.
 The physician recommended aspirin and a follow-up visit in two weeks.
@@ -47,9 +48,9 @@ def test_google_vocab_validates_with_its_own_ids(minilm_dir):
 def test_vocab_missing_a_special_token_is_refused(tmp_path):
     path = tmp_path / "vocab.txt"
     path.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\nthe\nThe\n")
-    with pytest.raises(PrepError, match=r"lacks the special token\(s\) \[MASK\]"):
+    with pytest.raises(UserError, match=r"lacks the special token\(s\) \[MASK\]"):
         vocab.validate_vocab(str(path))
-    with pytest.raises(PrepError, match="not found"):
+    with pytest.raises(UserError, match="not found"):
         vocab.validate_vocab(str(tmp_path / "missing.txt"))
     path.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nThe\nCat\nthe\nthe\n")
     info = vocab.validate_vocab(str(path), do_lower_case=True)
@@ -91,13 +92,13 @@ def test_vocab_is_restartable_and_parameters_invalidate(tmp_path, shards):
 
 
 def test_vocab_errors_are_one_sentence(tmp_path, shards, capsys):
-    with pytest.raises(PrepError, match="leaves no room"):
+    with pytest.raises(UserError, match="leaves no room"):
         vocab.build_vocab(shards, str(tmp_path / "v"), vocab_size=5, log=_quiet)
-    with pytest.raises(PrepError, match="run --action sharding first"):
+    with pytest.raises(UserError, match="run --action sharding first"):
         vocab.build_vocab([], str(tmp_path / "v"), vocab_size=100, log=_quiet)
     bad = tmp_path / "bad_vocab.txt"
     bad.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\nhello\n")
-    assert prep.main(["--action", "vocab", "--vocab_file", str(bad), "--data_dir", str(tmp_path)]) == 2
+    assert prepare_data.main(["--action", "vocab", "--vocab_file", str(bad), "--data_dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"[vocab] error: {str(bad)!r} lacks the special token(s) [MASK]; BERT needs all of "
                    "[PAD], [UNK], [CLS], [SEP], [MASK]. Use a vocabulary built for BERT or add them."]

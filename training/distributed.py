@@ -98,11 +98,32 @@ class Distributed:
 
     def average(self, tensors, compression_fp16: bool = False):
         """Averages a list of dense tensors across workers (identity with one worker)."""
+        return self._allreduce(tensors, "Average", compression_fp16)
+
+    def sum(self, tensors, compression_fp16: bool = False):
+        """Sums a list of dense tensors across workers (identity with one worker). With
+        compression_fp16 they travel as float16 and come back in their own dtype."""
+        return self._allreduce(tensors, "Sum", compression_fp16)
+
+    def _allreduce(self, tensors, op: str, compression_fp16: bool):
         if self.size == 1:
             return list(tensors)
         hvd = self._hvd
         compression = hvd.Compression.fp16 if compression_fp16 else hvd.Compression.none
-        return hvd.grouped_allreduce(list(tensors), op=hvd.Average, compression=compression)
+        return hvd.grouped_allreduce(list(tensors), op=getattr(hvd, op), compression=compression)
+
+    def broadcast_value(self, value, root_rank: int = 0):
+        """rank 0's value of a number or array (a NumPy array back); `value` itself with one worker."""
+        if self.size == 1:
+            return value
+        import tensorflow as tf
+        return self._hvd.broadcast(tf.convert_to_tensor(value), root_rank, name="broadcast_value").numpy()
+
+    def barrier(self) -> None:
+        """Returns once every worker has called it (a tiny allreduce)."""
+        if self.size > 1:
+            import tensorflow as tf
+            self._hvd.allreduce(tf.zeros([1]), op=self._hvd.Sum, name="barrier")
 
     def broadcast_variables(self, variables, root_rank: int = 0) -> None:
         """Copies every variable's value from root_rank, so all workers start identical."""

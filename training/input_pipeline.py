@@ -1,4 +1,4 @@
-"""tf.data input of pretraining TFRecords (the schema of data/schema.py).
+"""tf.data input of pretraining TFRecords (the schema of data/pretraining/schema.py).
 
 Per-worker file sharding (each worker reads a disjoint subset of the files, so no two
 workers see the same example in an epoch), parallel interleave across files, example
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from data import schema
+from data.pretraining import schema, tfrecord
 
 DEFAULT_SHUFFLE_BUFFER = 10000
 DEFAULT_CYCLE_LENGTH = 8
@@ -60,8 +60,8 @@ def check_file(path, max_seq_length, max_predictions_per_seq):
     Raises ValueError naming the file on a non-TFRecord, corrupt or mismatched record."""
     expected = schema.feature_lengths(max_seq_length, max_predictions_per_seq)
     try:
-        first = next(schema.read_records(path, verify=True, limit=1), None)
-    except schema.CorruptRecordError as e:
+        first = next(tfrecord.read_records(path, verify=True, limit=1), None)
+    except tfrecord.CorruptRecordError as e:
         raise ValueError(f"{e} Regenerate it or remove it from the input.") from None
     if first is None:
         return  # an empty file contributes nothing; not an error
@@ -92,8 +92,8 @@ def verify_files(files):
     total = 0
     for path in files:
         try:
-            total += sum(1 for _ in schema.read_records(path, verify=True))
-        except schema.CorruptRecordError as e:
+            total += sum(1 for _ in tfrecord.read_records(path, verify=True))
+        except tfrecord.CorruptRecordError as e:
             raise ValueError(str(e)) from None
     return total
 
@@ -103,8 +103,8 @@ def count_records(files):
     if isinstance(files, str):
         files = expand_file_patterns(files)
     try:
-        return sum(schema.count_records(f) for f in files)
-    except schema.CorruptRecordError as e:
+        return sum(tfrecord.count_records(f) for f in files)
+    except tfrecord.CorruptRecordError as e:
         raise ValueError(str(e)) from None
 
 

@@ -1,5 +1,10 @@
-"""The project's one pretraining step: XLA-compiled micro-batch gradients, float32 accumulation,
-a Horovod average across workers, then one optimizer update (skipped on fp16 overflow).
+"""The project's one train step: XLA-compiled micro-batch gradients accumulated in float32, a
+Horovod sum across workers, then one optimizer update (skipped when not finite).
+
+What is minimised comes from an `Objective` (training/objective.py): pretraining's MLM + NSP
+loss, or a fine-tuning task's. Its loss terms are sums divided by counts taken over the WHOLE
+update (every micro-batch of every worker), so the update equals that of one big batch however
+it is split; the accumulator therefore holds gradient sums and workers add them (Horovod Sum).
 
 One update consumes exactly `accumulation_steps` micro-batches; nothing is applied before the
 first k micro-batches are in (NVIDIA's TF2 loop applied an extra update at the start of each
@@ -9,61 +14,45 @@ update is applied, so skipped fp16 steps do not advance it.
 
 from __future__ import annotations
 
+import itertools
+
 import tensorflow as tf
 
-from bert.pretraining import pretraining_losses
 from optimization.accumulation import GradientAccumulator
 from optimization.loss_scale import DynamicLossScale
 from training.distributed import Distributed
-
-# Shapes: B batch, P masked positions, V vocab.
-
-
-def masked_lm_counts(outputs, features):
-    """Correct and total weighted masked-LM predictions, and NSP correct/total (float32 scalars)."""
-    predictions = tf.argmax(outputs["mlm_logits"], axis=-1, output_type=tf.int32)        # [B, P]
-    weights = tf.cast(features["masked_lm_weights"], tf.float32)                           # [B, P]
-    hits = tf.cast(tf.equal(predictions, tf.cast(features["masked_lm_ids"], tf.int32)), tf.float32)
-    nsp_predictions = tf.argmax(outputs["nsp_logits"], axis=-1, output_type=tf.int32)     # [B]
-    nsp_labels = tf.cast(tf.reshape(features["next_sentence_labels"], [-1]), tf.int32)
-    return {
-        "mlm_correct": tf.reduce_sum(hits * weights),
-        "mlm_total": tf.reduce_sum(weights),
-        "nsp_correct": tf.reduce_sum(tf.cast(tf.equal(nsp_predictions, nsp_labels), tf.float32)),
-        "nsp_total": tf.cast(tf.size(nsp_labels), tf.float32),
-    }
+from training.objective import Objective
+from training.pretraining_objective import PretrainingObjective
 
 
-def _sum_metrics(function, batches, limit=None):
-    """Runs `function` on up to `limit` batches; returns the float sums of its outputs and the count.
-
-    Sums stay device tensors until the end: a float() per micro-batch would stall the GPU.
-    """
-    sums = {}
-    count = 0
-    for features in batches:
-        for name, value in function(features).items():
-            sums[name] = sums[name] + value if name in sums else value
-        count += 1
-        if count == limit:
-            break
-    return {name: float(value) for name, value in sums.items()}, count
+def _add(totals: dict, values: dict) -> dict:
+    return {name: totals[name] + value if name in totals else value for name, value in values.items()}
 
 
-class PretrainingStep:
+def _all_finite(tensors):
+    return tf.reduce_all([tf.reduce_all(tf.math.is_finite(t)) for t in tensors])
+
+
+class TrainStep:
     """Owns the compiled functions and the state that lives between micro-batches.
 
-    model: a BertPretrainer (its dtype policy decides precision; mixed_float16 turns on dynamic
-    loss scaling). optimizer: any Keras optimizer from optimization.create_optimizer.
+    model: a Keras model whose dtype policy decides precision (mixed_float16 turns on dynamic
+    loss scaling); called as model(features, training=True).
+    optimizer: a Keras optimizer (optimization.create_optimizer); built here.
+    objective: what to minimise (training.objective.Objective).
+    fp16_compression: Horovod fp16 compression of the gradient sum; default: on exactly when
+    the loss is scaled (mixed_float16). Gradients are unscaled before they are sent, so the
+    float16 wire format holds true gradient values, not values 2^15 times larger.
     """
 
-    def __init__(self, model, optimizer, *, accumulation_steps: int = 1,
+    def __init__(self, model, optimizer, objective: Objective, *, accumulation_steps: int = 1,
                  distributed: Distributed | None = None, jit_compile: bool = True,
-                 loss_scale: DynamicLossScale | None = None):
+                 loss_scale: DynamicLossScale | None = None, fp16_compression: bool | None = None):
         if accumulation_steps < 1:
             raise ValueError(f"accumulation_steps must be >= 1 (got {accumulation_steps}).")
         self.model = model
         self.optimizer = optimizer
+        self.objective = objective
         self.accumulation_steps = accumulation_steps
         self.distributed = distributed or Distributed(use_horovod=False)
         self.variables = list(model.trainable_variables)
@@ -72,26 +61,41 @@ class PretrainingStep:
         if loss_scale is None:
             loss_scale = DynamicLossScale(enabled=model.dtype_policy.name == "mixed_float16")
         self.loss_scale = loss_scale
+        self.fp16_compression = loss_scale.enabled if fp16_compression is None else fp16_compression
+        self._denominators = tf.function(self._sum_denominators)
         self._micro_step = tf.function(self._compute_and_accumulate, jit_compile=jit_compile)
         self._update = tf.function(self._apply_update, jit_compile=jit_compile)
         # Horovod's allreduce is not an XLA op (its XLA kernels do not build against TF 2.21), so
-        # the cross-worker average runs in its own, uncompiled graph between the two XLA parts.
-        self._average = tf.function(self.distributed.average)
+        # the cross-worker sums run in their own, uncompiled graph between the XLA parts.
+        self._sum_gradients = tf.function(
+            lambda tensors: self.distributed.sum(tensors, compression_fp16=self.fp16_compression))
+        self._sum_scalars = tf.function(lambda vector: self.distributed.sum([vector])[0])
         self._evaluate = tf.function(self._evaluate_batch, jit_compile=jit_compile)
-        # Workers start from rank 0's weights and optimizer state.
-        self.distributed.broadcast_variables([*model.weights, *optimizer.variables])
+        self.broadcast()
 
-    def _compute_and_accumulate(self, features):
+    # --- the compiled parts -------------------------------------------------------------------
+
+    def _sum_denominators(self, micro_batches):
+        totals = {}
+        for features in micro_batches:
+            totals = _add(totals, self.objective.denominators(features))
+        return totals
+
+    def _loss(self, sums, denominators):
+        return tf.add_n([tf.math.divide_no_nan(sums[term], denominators[denominator])
+                         for term, denominator in self.objective.terms.items()])
+
+    def _compute_and_accumulate(self, features, denominators):
         with tf.GradientTape() as tape:
             outputs = self.model(features, training=True)
-            losses = pretraining_losses(outputs, features)
-            scaled = self.loss_scale.scale_loss(losses["loss"])
-        self.accumulator.add(tape.gradient(scaled, self.variables))
-        return {**losses, **masked_lm_counts(outputs, features)}
+            sums = self.objective(outputs, features)
+            scaled = self.loss_scale.scale_loss(self._loss(sums, denominators))
+        gradients = [tf.convert_to_tensor(g) for g in tape.gradient(scaled, self.variables)]
+        self.accumulator.add(self.loss_scale.unscale(gradients))
+        return sums
 
-    def _apply_update(self, gradients):
-        gradients = self.loss_scale.unscale(gradients)
-        finite = self.loss_scale.all_finite(gradients)
+    def _apply_update(self, gradients, totals):
+        finite = tf.logical_and(tf.math.is_finite(self._loss(totals, totals)), _all_finite(gradients))
 
         def apply():
             self.optimizer.apply(gradients, self.variables)
@@ -102,48 +106,79 @@ class PretrainingStep:
         self.accumulator.reset()
         return applied
 
-    def __call__(self, micro_batches) -> dict:
-        """Runs one update over `accumulation_steps` micro-batches (an iterable of feature dicts).
-
-        Returns float metrics averaged over the micro-batches (loss, mlm_loss, nsp_loss,
-        mlm_accuracy, nsp_accuracy), `applied` (False for a skipped fp16 step) and `loss_scale`.
-        """
-        sums, count = _sum_metrics(self._micro_step, micro_batches, limit=self.accumulation_steps)
-        if count != self.accumulation_steps:
-            raise ValueError(f"the input ran out after {count} of {self.accumulation_steps} "
-                             "micro-batches of an update.")
-        gradients = self.accumulator.mean()
-        if self.distributed.size > 1:
-            gradients = self._average(gradients)
-        applied = bool(self._update(gradients))
-        return {
-            "loss": sums["loss"] / count,
-            "mlm_loss": sums["mlm_loss"] / count,
-            "nsp_loss": sums["nsp_loss"] / count,
-            "mlm_accuracy": sums["mlm_correct"] / max(sums["mlm_total"], 1.0),
-            "nsp_accuracy": sums["nsp_correct"] / max(sums["nsp_total"], 1.0),
-            "applied": applied,
-            "loss_scale": float(self.loss_scale.scale.numpy()),
-        }
-
     def _evaluate_batch(self, features):
         outputs = self.model(features, training=False)
-        losses = pretraining_losses(outputs, features)
-        return {**losses, **masked_lm_counts(outputs, features)}
+        return {**self.objective(outputs, features), **self.objective.denominators(features)}
 
-    def evaluate(self, batches) -> dict:
-        """Masked-LM and NSP accuracy and mean losses over an iterable of feature dicts."""
-        sums, count = _sum_metrics(self._evaluate, batches)
+    # --- the host side ------------------------------------------------------------------------
+
+    def __call__(self, micro_batches) -> dict:
+        """Runs one update over the next `accumulation_steps` micro-batches of `micro_batches`
+        (an iterable of feature dicts; an iterator is advanced by exactly that many).
+
+        Returns floats over the whole update and all workers: loss and each objective term and
+        metric (e.g. mlm_loss, nsp_loss, mlm_accuracy), plus `applied` (False when the update
+        was not finite: a skipped fp16 step, or a divergence the caller must stop on when
+        `loss_scale_enabled` is False) and `loss_scale`.
+        """
+        batches = list(itertools.islice(iter(micro_batches), self.accumulation_steps))
+        if len(batches) != self.accumulation_steps:
+            raise ValueError(f"the input ran out after {len(batches)} of {self.accumulation_steps} "
+                             "micro-batches of an update.")
+        denominators = self._denominators(batches)
+        if self.distributed.size > 1:
+            denominators = self._sum_named(denominators)
+        totals = {}
+        for features in batches:
+            totals = _add(totals, self._micro_step(features, denominators))
+        gradients = self.accumulator.sums
+        if self.distributed.size > 1:
+            gradients = self._sum_gradients(gradients)
+            totals = self._sum_named(totals)
+        totals = {**totals, **denominators}
+        applied = bool(self._update(gradients, totals))
+        names = sorted(totals)
+        values = tf.stack([totals[name] for name in names]).numpy()
+        return {**self.objective.summarize(dict(zip(names, values.tolist()))), "applied": applied,
+                "loss_scale": float(self.loss_scale.scale.numpy()),
+                "loss_scale_enabled": self.loss_scale.enabled}
+
+    def _sum_named(self, values: dict) -> dict:
+        """Sums a dict of float32 scalars across workers in one allreduce (never compressed)."""
+        names = sorted(values)
+        summed = self._sum_scalars(tf.stack([values[name] for name in names]))
+        return {name: summed[i] for i, name in enumerate(names)}
+
+    def evaluate(self, batches, max_batches: int | None = None) -> dict:
+        """The objective's loss, terms and metrics over an iterable of feature dicts (at most
+        `max_batches`), on this worker alone, plus `batches` (how many were read)."""
+        totals, count = {}, 0
+        for features in itertools.islice(batches, max_batches):
+            totals = _add(totals, self._evaluate(features))
+            count += 1
         if count == 0:
             raise ValueError("evaluation received no batches.")
-        return {
-            "loss": sums["loss"] / count,
-            "mlm_accuracy": sums["mlm_correct"] / max(sums["mlm_total"], 1.0),
-            "nsp_accuracy": sums["nsp_correct"] / max(sums["nsp_total"], 1.0),
-            "batches": count,
-        }
+        names = sorted(totals)
+        values = tf.stack([totals[name] for name in names]).numpy()
+        return {**self.objective.summarize(dict(zip(names, values.tolist()))), "batches": count}
+
+    # --- state --------------------------------------------------------------------------------
 
     @property
     def state_variables(self):
-        """Everything besides the model weights that an exact resume needs."""
-        return [*self.optimizer.variables, *self.accumulator.variables, *self.loss_scale.variables]
+        """Everything besides the model weights that decides the next updates: optimizer slots
+        and iterations, loss-scale state. The accumulator is not in it: it is zero between
+        updates, which is where checkpoints are taken."""
+        return [*self.optimizer.variables, *self.loss_scale.variables]
+
+    def broadcast(self) -> None:
+        """Copies rank 0's weights, optimizer and loss-scale state to every worker (at start and
+        after a restore), so all workers start identical."""
+        self.distributed.broadcast_variables([*self.model.weights, *self.state_variables])
+
+
+class PretrainingStep(TrainStep):
+    """TrainStep with pretraining's objective (masked LM + next sentence)."""
+
+    def __init__(self, model, optimizer, **kwargs):
+        super().__init__(model, optimizer, PretrainingObjective(), **kwargs)

@@ -7,7 +7,7 @@ The function reads no flags: whole-word masking is an argument.
 
 The random draws, in order (each a call on the one `rng`): one `shuffle` of the candidate
 groups, then per masked token `random() < 0.8` -> [MASK]; else `random() < 0.5` -> keep;
-else `randint(0, len(words) - 1)` -> a random vocabulary word. data/instances_native.c
+else `randint(0, len(words) - 1)` -> a random vocabulary word. data/pretraining/native.c
 repeats this draw for draw.
 """
 

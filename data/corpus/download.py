@@ -31,13 +31,15 @@ import urllib.request
 import zipfile
 
 from data import paths
-from data.manifest import Manifest, PrepError, sha256_file
+from common.errors import UserError
+from common.files import atomic_write, ensure_writable_dir, sha256_file, temporary_name
+from data.manifest import Manifest
 
 USER_AGENT = "bert-tf2-data-prep/0.1 (+https://github.com/; resumable downloader)"
 CHUNK = 1 << 20
 
 
-class DownloadError(PrepError):
+class DownloadError(UserError):
     """A download that cannot complete or does not verify; the message names the URL and what to do."""
 
 
@@ -113,7 +115,7 @@ MRPC_SOURCES = [
 def glue_sources(tasks=GLUE_TASKS) -> list[Source]:
     unknown = [t for t in tasks if t not in GLUE_TASKS]
     if unknown:
-        raise PrepError(f"Unknown GLUE task(s) {', '.join(unknown)}; choose from {', '.join(GLUE_TASKS)}.")
+        raise UserError(f"Unknown GLUE task(s) {', '.join(unknown)}; choose from {', '.join(GLUE_TASKS)}.")
     sources = []
     for task in tasks:
         if task == "MRPC":
@@ -135,7 +137,7 @@ def google_weight_sources(models=("uncased_L-12_H-768_A-12",)) -> list[Source]:
     sources = []
     for model in models:
         if model not in GOOGLE_MODELS:
-            raise PrepError(f"Unknown Google model {model!r}; choose from {', '.join(GOOGLE_MODELS)}.")
+            raise UserError(f"Unknown Google model {model!r}; choose from {', '.join(GOOGLE_MODELS)}.")
         members = ((f"{model}/vocab.txt", UNCASED_VOCAB_SHA256),) if model.startswith("uncased") else ()
         sources.append(Source(f"{GOOGLE_BERT_BASE}/{model}.zip", f"archives/{model}.zip",
                               extract="zip", extract_to=".", member_sha256=members))
@@ -155,7 +157,7 @@ def dataset_sources(dataset: str, *, glue_tasks=GLUE_TASKS, wiki_dump: str = "la
         return glue_sources(glue_tasks)
     if dataset == "google_pretrained_weights":
         return google_weight_sources(google_models)
-    raise PrepError(f"Unknown dataset {dataset!r} for download; choose from {', '.join(DATASETS)}.")
+    raise UserError(f"Unknown dataset {dataset!r} for download; choose from {', '.join(DATASETS)}.")
 
 
 def with_mirror(url: str, mirror: str | None) -> str:
@@ -384,7 +386,7 @@ def fetch(url: str, dest: str, *, size: int | None = None, sha256: str | None = 
 # --- Datasets ------------------------------------------------------------------------------------
 def _extract_zip(archive: str, target_dir: str, member_sha256=()) -> list[str]:
     """Extracts into a temporary sibling directory, checks members, then moves each top entry in place."""
-    staging = os.path.join(target_dir, f".extract_{os.path.basename(archive)}.tmp")
+    staging = temporary_name(os.path.join(target_dir, f"extract_{os.path.basename(archive)}"))
     shutil.rmtree(staging, ignore_errors=True)
     try:
         with zipfile.ZipFile(archive) as z:
@@ -421,11 +423,10 @@ def format_mrpc(mrpc_dir: str) -> list[str]:
     """Builds GLUE's MRPC train.tsv / dev.tsv / test.tsv from SentEval's files (GLUE's own recipe)."""
     with open(os.path.join(mrpc_dir, "dev_ids.tsv"), encoding="utf-8") as f:
         dev_ids = {tuple(line.strip().split("\t")) for line in f if line.strip()}
-    written = []
     outputs = {name: os.path.join(mrpc_dir, name) for name in ("train.tsv", "dev.tsv", "test.tsv")}
     with open(os.path.join(mrpc_dir, "msr_paraphrase_train.txt"), encoding="utf-8-sig") as src, \
-            open(outputs["train.tsv"] + ".tmp", "w", encoding="utf-8") as train, \
-            open(outputs["dev.tsv"] + ".tmp", "w", encoding="utf-8") as dev:
+            atomic_write(outputs["train.tsv"], newline=None) as train, \
+            atomic_write(outputs["dev.tsv"], newline=None) as dev:
         header = src.readline()
         train.write(header)
         dev.write(header)
@@ -435,17 +436,14 @@ def format_mrpc(mrpc_dir: str) -> list[str]:
                 continue
             (dev if (fields[1], fields[2]) in dev_ids else train).write("\t".join(fields) + "\n")
     with open(os.path.join(mrpc_dir, "msr_paraphrase_test.txt"), encoding="utf-8-sig") as src, \
-            open(outputs["test.tsv"] + ".tmp", "w", encoding="utf-8") as test:
+            atomic_write(outputs["test.tsv"], newline=None) as test:
         src.readline()
         test.write("index\t#1 ID\t#2 ID\t#1 String\t#2 String\n")
         for index, row in enumerate(src):
             fields = row.rstrip("\r\n").split("\t")
             if len(fields) == 5:
                 test.write("\t".join([str(index)] + fields[1:]) + "\n")
-    for name, path in outputs.items():
-        os.replace(path + ".tmp", path)
-        written.append(name)
-    return written
+    return list(outputs)
 
 
 def download_dataset(dataset: str, root: str, *, sources: list[Source] | None = None,
@@ -458,7 +456,6 @@ def download_dataset(dataset: str, root: str, *, sources: list[Source] | None = 
     """
     log = log or (lambda message: print(message, file=sys.stderr, flush=True))
     target = paths.download_dir(root, dataset)
-    from data.manifest import ensure_writable_dir
     ensure_writable_dir(target, "download directory")
     sources = sources if sources is not None else dataset_sources(dataset, **source_options)
     manifest = Manifest.load(target, "download", {"dataset": dataset})

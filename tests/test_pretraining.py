@@ -1,4 +1,5 @@
-"""Model shapes and dtypes under every precision, heads, and an XLA-compiled train step."""
+"""BertPretrainer and its loss: shapes and dtypes under every precision, tied embeddings, an
+XLA-compiled train step, and the config round trip."""
 
 import numpy as np
 import pytest
@@ -6,9 +7,9 @@ import tensorflow as tf
 
 from bert.checkpoints import model_variables
 from bert.encoder import BertEncoder
-from bert.heads import ClassifierHead, SpanHead
 from bert.pretraining import BertPretrainer, pretraining_losses
 from conftest import random_batch
+from layer_contract import assert_config_round_trip
 
 PRECISIONS = {"float32": "float32", "mixed_bfloat16": "bfloat16", "mixed_float16": "float16"}
 
@@ -32,55 +33,12 @@ def test_output_shapes_and_dtypes(tiny_config, policy, compute):
     assert all(v.dtype == tf.float32 and np.isfinite(v.numpy()) for v in losses.values())
 
 
-def test_mixed_precision_stays_close_to_float32(tiny_config):
-    fp32 = BertEncoder(tiny_config)
-    bf16 = BertEncoder(tiny_config, dtype="mixed_bfloat16")
-    for a, b in zip(fp32.weights, bf16.weights):
-        b.assign(a)
-    batch = random_batch(tiny_config)
-    ref = fp32(batch)["sequence_output"].numpy()
-    got = tf.cast(bf16(batch)["sequence_output"], tf.float32).numpy()
-    assert np.abs(ref - got).max() < 0.1  # bf16 keeps 8 mantissa bits; LN outputs are O(1)
-
-
-def test_padding_does_not_change_real_positions(tiny_config):
-    encoder = BertEncoder(tiny_config)
-    batch = random_batch(tiny_config, batch=2, seq=16)
-    short = {k: batch[k][:1, :8] for k in ("input_ids", "input_mask", "segment_ids")}
-    padded = {k: np.pad(short[k], ((0, 0), (0, 8))) for k in short}
-    a = encoder(short)["sequence_output"].numpy()
-    b = encoder(padded)["sequence_output"].numpy()[:, :8]
-    np.testing.assert_allclose(a, b, atol=1e-5)
-
-
 def test_masked_lm_logits_use_the_tied_word_embeddings(tiny_config):
     model = BertPretrainer(tiny_config)
     assert model.masked_lm.word_embeddings is model.encoder.embeddings.word_embeddings
     names = model_variables(model)
     assert len(names) == len(model.weights)  # every weight has exactly one checkpoint name
     assert len(model.weights) == 5 + 16 * tiny_config.num_hidden_layers + 2 + 5 + 2
-
-
-def test_gelu_variants_follow_the_config():
-    from bert.activations import get_activation
-    x = np.array([-2.0, -0.5, 0.0, 0.7, 3.0], "float32")
-    exact = get_activation("gelu")(x).numpy()
-    tanh = get_activation("gelu_new")(x).numpy()
-    from math import erf, sqrt
-    np.testing.assert_allclose(exact, [v * 0.5 * (1 + erf(v / sqrt(2))) for v in x], atol=1e-6)
-    assert 0 < np.abs(exact - tanh).max() < 1e-3
-    with pytest.raises(ValueError, match="swish"):
-        get_activation("swish")
-
-
-def test_fine_tuning_heads_shapes(tiny_config):
-    encoder = BertEncoder(tiny_config)
-    batch = random_batch(tiny_config, batch=2, seq=10)
-    out = encoder(batch)
-    span = SpanHead(tiny_config, name="squad")(out["sequence_output"])
-    assert span["start_logits"].shape == (2, 10) and span["end_logits"].dtype == tf.float32
-    logits = ClassifierHead(tiny_config, 3, name="classifier")(out["pooled_output"])
-    assert logits.shape == (2, 3)
 
 
 @pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
@@ -110,3 +68,14 @@ def test_xla_train_step_matches_eager_gradients(tiny_config, policy):
     nsp_logp = tf.nn.log_softmax(out["nsp_logits"]).numpy()
     nsp = -np.take_along_axis(nsp_logp, batch["next_sentence_labels"], -1).mean()
     assert abs(float(eager_loss) - (mlm + nsp)) < 1e-4 if policy == "float32" else True
+
+
+@pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
+def test_config_round_trip(tiny_config, policy):
+    model = BertPretrainer(tiny_config, dtype=policy, encoder=BertEncoder(tiny_config, dtype=policy,
+                                                                           name="encoder"))
+    copy = assert_config_round_trip(model, random_batch(tiny_config))
+    assert copy.encoder.name == "encoder" and copy.encoder.dtype_policy.name == policy
+    # The copy's MLM head is tied to the copy's own encoder, not to a table of its own.
+    assert copy.masked_lm.word_embeddings is copy.encoder.embeddings.word_embeddings
+    assert len(copy.weights) == len(model.weights)

@@ -11,10 +11,10 @@ instance, because they draw from `rng` in the reference's order:
                    [random() < 0.5]                                  random next?
                    [randint(0, len(documents) - 1) up to 10 times, randint(0, len(doc) - 1)]
                    random() < 0.5 per truncated token                front or back
-                   masking (data/masking.py)
+                   masking (data/pretraining/masking.py)
     rng.shuffle(instances)                           once
 
-This module is the readable specification and the fallback; data/instances_native.c
+This module is the readable specification and the fallback; data/pretraining/native.c
 implements the same draws in C for speed, and the tests hold the two to identical output.
 """
 
@@ -24,7 +24,7 @@ import dataclasses
 import numbers
 from typing import Any
 
-from data.masking import create_masked_lm_predictions
+from data.pretraining.masking import create_masked_lm_predictions
 
 
 def _is_int(value):

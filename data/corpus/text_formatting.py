@@ -1,7 +1,7 @@
 """Text formatting stage: a raw corpus -> one clean document per line (NVIDIA's formatted layout).
 
 Inputs, optionally compressed (.bz2, .gz, .xz):
-- a MediaWiki XML dump (`*.xml`): articles only (see data/wikipedia.py);
+- a MediaWiki XML dump (`*.xml`): articles only (see data/corpus/wikipedia.py);
 - plain text (`*.txt` and anything else): documents separated by blank lines, the lines of a
   document joined by spaces; with `one_document_per_line` each non-empty line is a document;
 - JSONL (`*.jsonl`, `*.json`, `*.ndjson`): one JSON object per line, the document in `text_key`.
@@ -19,17 +19,18 @@ import codecs
 import contextlib
 import gzip
 import io
-import itertools
 import json
 import lzma
-import multiprocessing
 import os
 import sys
 import time
 import xml.etree.ElementTree as ET
 
-from data import wikipedia
-from data.manifest import Manifest, PrepError, atomic_output, ensure_writable_dir
+from data.corpus import wikipedia
+from data.corpus.parallel import bounded_imap
+from common.errors import UserError
+from common.files import atomic_write, ensure_writable_dir, remove_stale_temporaries
+from data.manifest import Manifest, input_identity
 
 INPUT_FORMATS = ("auto", "wikipedia", "text", "jsonl")
 # Bump when the cleaning rules change, so stale formatted files are redone.
@@ -38,7 +39,8 @@ DEFAULT_MAX_DOCUMENT_CHARS = 2_000_000
 _COMPRESSED = {".bz2": bz2.open, ".gz": gzip.open, ".xz": lzma.open}
 
 
-def detect_format(path: str) -> str:
+def corpus_format(path: str) -> str:
+    """wikipedia, jsonl or text, from the file name (compression suffixes ignored)."""
     name = path.lower()
     for ext in _COMPRESSED:
         if name.endswith(ext):
@@ -74,7 +76,7 @@ class _CountingFile(io.RawIOBase):
 def open_input(path: str):
     """(binary stream of decompressed bytes, raw counting file)."""
     if not os.path.isfile(path):
-        raise PrepError(f"Input file {path!r} does not exist; check --input_files.")
+        raise UserError(f"Input file {path!r} does not exist; check --input_files.")
     raw = _CountingFile(path)
     for ext, opener in _COMPRESSED.items():
         if path.lower().endswith(ext):
@@ -130,48 +132,13 @@ def _clean_page(page: wikipedia.Page):
     return wikipedia.article_text(page)
 
 
-def _bounded_imap(function, items, n_processes: int, chunk: int = 64, max_chunks_in_flight: int = 4):
-    """Ordered parallel map whose input is consumed at most `max_chunks_in_flight` chunks ahead.
-
-    Pool.imap reads its whole input as fast as it can; with a 20 GB dump and slower workers that
-    would hold the dump in memory. Here at most (n_processes * max_chunks_in_flight) chunks wait.
-    """
-    if n_processes <= 1:
-        yield from map(function, items)
-        return
-    ctx = multiprocessing.get_context("spawn")
-    iterator = iter(items)
-    with ctx.Pool(n_processes) as pool:
-        pending = []
-
-        def submit():
-            batch = list(itertools.islice(iterator, chunk))
-            if batch:
-                pending.append(pool.map_async(_map_chunk, [(function, batch)]))
-            return bool(batch)
-
-        more = True
-        while more and len(pending) < n_processes * max_chunks_in_flight:
-            more = submit()
-        while pending:
-            results = pending.pop(0).get()[0]
-            if more:
-                more = submit()
-            yield from results
-
-
-def _map_chunk(args):
-    function, batch = args
-    return [function(item) for item in batch]
-
-
 def _wiki_documents(path, stats, progress, n_processes):
     stream, raw = open_input(path)
     decoder = Utf8Decoder()
     last = 0
     try:
         pages = wikipedia.iter_pages(_SanitizedStream(stream, decoder))
-        for kind, text in _bounded_imap(_clean_page, pages, n_processes):
+        for kind, text in bounded_imap(_clean_page, pages, n_processes):
             stats["input_documents"] += 1
             if progress is not None:
                 progress.update(raw.bytes_read - last)
@@ -181,10 +148,10 @@ def _wiki_documents(path, stats, progress, n_processes):
                 continue
             yield text
     except ET.ParseError as e:
-        raise PrepError(f"{path} is not a well-formed MediaWiki XML dump ({e}); re-download it "
-                        f"(python -m data.prep --action download --dataset wikicorpus_en).") from None
+        raise UserError(f"{path} is not a well-formed MediaWiki XML dump ({e}); re-download it "
+                        f"(prepare_data.py --action download --dataset wikicorpus_en).") from None
     except EOFError:
-        raise PrepError(f"{path} ends before the end of its compressed stream (a truncated "
+        raise UserError(f"{path} ends before the end of its compressed stream (a truncated "
                         f"download?); re-download it.") from None
     finally:
         stats["invalid_utf8_sequences"] += decoder.invalid
@@ -204,7 +171,7 @@ def _decoded_lines(path, stats, progress):
                 last = raw.bytes_read
             yield decoder.decode(line).strip()
     except (EOFError, OSError) as e:
-        raise PrepError(f"Reading {path} failed ({e}); is the compressed file complete?") from None
+        raise UserError(f"Reading {path} failed ({e}); is the compressed file complete?") from None
     finally:
         stats["invalid_utf8_sequences"] += decoder.invalid
         stream.close()
@@ -260,7 +227,7 @@ def iter_documents(path: str, stats: dict, *, input_format: str = "auto", progre
                    n_processes: int = 1, text_key: str = "text", one_document_per_line: bool = False,
                    max_document_chars: int = DEFAULT_MAX_DOCUMENT_CHARS):
     """Yields each document of `path` as one clean line; skips and counts into `stats` (a Counter-like dict)."""
-    fmt = detect_format(path) if input_format == "auto" else input_format
+    fmt = corpus_format(path) if input_format == "auto" else input_format
     if fmt == "wikipedia":
         documents = _wiki_documents(path, stats, progress, n_processes)
     elif fmt == "jsonl":
@@ -268,7 +235,7 @@ def iter_documents(path: str, stats: dict, *, input_format: str = "auto", progre
     elif fmt == "text":
         documents = _text_documents(path, stats, progress, one_document_per_line, max_document_chars)
     else:
-        raise PrepError(f"Unknown --input_format {input_format!r}; choose from {', '.join(INPUT_FORMATS)}.")
+        raise UserError(f"Unknown --input_format {input_format!r}; choose from {', '.join(INPUT_FORMATS)}.")
     for document in documents:
         line = _one_line(document)
         if not any(ch.isalnum() for ch in line):
@@ -282,11 +249,6 @@ STAT_KEYS = ("input_documents", "documents", "redirect", "disambiguation", "othe
              "invalid_utf8_sequences", "bytes_in", "bytes_out")
 
 
-def _input_identity(path: str) -> list:
-    st = os.stat(path)
-    return [os.path.abspath(path), st.st_size, st.st_mtime_ns]
-
-
 def format_corpus(inputs: list[str], output_file: str, *, input_format: str = "auto",
                   n_processes: int = 1, text_key: str = "text", one_document_per_line: bool = False,
                   max_document_chars: int = DEFAULT_MAX_DOCUMENT_CHARS, progress_factory=None,
@@ -298,16 +260,16 @@ def format_corpus(inputs: list[str], output_file: str, *, input_format: str = "a
     """
     log = log or (lambda message: print(message, file=sys.stderr, flush=True))
     if not inputs:
-        raise PrepError("No input files given; pass --input_files (or download the dataset first).")
+        raise UserError("No input files given; pass --input_files (or download the dataset first).")
     for path in inputs:
         if not os.path.isfile(path):
-            raise PrepError(f"Input file {path!r} does not exist; check --input_files or run the "
+            raise UserError(f"Input file {path!r} does not exist; check --input_files or run the "
                             f"download action first.")
     if input_format not in INPUT_FORMATS:
-        raise PrepError(f"Unknown --input_format {input_format!r}; choose from {', '.join(INPUT_FORMATS)}.")
+        raise UserError(f"Unknown --input_format {input_format!r}; choose from {', '.join(INPUT_FORMATS)}.")
     directory = os.path.dirname(os.path.abspath(output_file))
     ensure_writable_dir(directory)
-    params = {"inputs": [_input_identity(p) for p in inputs], "input_format": input_format,
+    params = {"inputs": [input_identity(p) for p in inputs], "input_format": input_format,
               "text_key": text_key, "one_document_per_line": one_document_per_line,
               "max_document_chars": max_document_chars, "version": FORMAT_VERSION}
     manifest = Manifest.load(directory, "text_formatting", params)
@@ -320,7 +282,8 @@ def format_corpus(inputs: list[str], output_file: str, *, input_format: str = "a
     stats = dict.fromkeys(STAT_KEYS, 0)
     total = sum(os.path.getsize(p) for p in inputs)
     progress = progress_factory("text_formatting", total) if progress_factory else None
-    with atomic_output(output_file) as tmp, open(tmp, "w", encoding="utf-8", newline="\n") as out:
+    remove_stale_temporaries(os.path.dirname(os.path.abspath(output_file)))
+    with atomic_write(output_file) as out:
         for path in inputs:
             for line in iter_documents(path, stats, input_format=input_format, progress=progress,
                                        n_processes=n_processes, text_key=text_key,
@@ -337,7 +300,7 @@ def format_corpus(inputs: list[str], output_file: str, *, input_format: str = "a
     stats["seconds"] = round(time.monotonic() - start, 3)
     if stats["documents"] == 0:
         os.remove(output_file)
-        raise PrepError(f"No documents left after formatting {', '.join(inputs)} "
+        raise UserError(f"No documents left after formatting {', '.join(inputs)} "
                         f"({stats['input_documents']} read, {stats['empty_documents']} empty); check the "
                         f"input format (--input_format, --text_key).")
     manifest.record(name, stats)

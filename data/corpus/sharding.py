@@ -24,9 +24,12 @@ import sys
 import time
 
 from data import paths
-from data.manifest import Manifest, PrepError, commit, ensure_writable_dir, tmp_path
-from data.segmentation import split_long, split_sentences
-from data.text_formatting import Utf8Decoder, _bounded_imap, _input_identity
+from common.errors import UserError
+from common.files import commit, ensure_writable_dir, remove_stale_temporaries, temporary_name
+from data.manifest import Manifest, input_identity
+from data.corpus.segmentation import split_long, split_sentences
+from data.corpus.parallel import bounded_imap
+from data.corpus.text_formatting import Utf8Decoder
 
 SEGMENTER_VERSION = 1
 DEFAULT_MAX_SENTENCE_CHARS = 2048
@@ -97,25 +100,25 @@ def shard_corpus(input_files: list[str], output_dir: str, dataset: str, *, n_tra
                  log=None) -> dict:
     """Writes <output_dir>/{training,test}/<dataset>_{split}_<i>.txt; returns the stage stats.
 
-    Raises PrepError when the shard counts or the test fraction do not fit the corpus.
+    Raises UserError when the shard counts or the test fraction do not fit the corpus.
     """
     log = log or (lambda message: print(message, file=sys.stderr, flush=True))
     if n_training_shards < 1:
-        raise PrepError(f"--n_training_shards must be at least 1 (got {n_training_shards}).")
+        raise UserError(f"--n_training_shards must be at least 1 (got {n_training_shards}).")
     if n_test_shards < 0 or not 0.0 <= fraction_test < 1.0:
-        raise PrepError(f"--fraction_test_set must be in [0, 1) and --n_test_shards >= 0 (got "
+        raise UserError(f"--fraction_test_set must be in [0, 1) and --n_test_shards >= 0 (got "
                         f"{fraction_test} and {n_test_shards}).")
     if (fraction_test > 0) != (n_test_shards > 0):
-        raise PrepError(f"--fraction_test_set {fraction_test} with --n_test_shards {n_test_shards}: use "
+        raise UserError(f"--fraction_test_set {fraction_test} with --n_test_shards {n_test_shards}: use "
                         f"both (a test set) or neither (0 and 0).")
     if max_sentence_chars < 16:
-        raise PrepError(f"--max_sentence_chars must be at least 16 (got {max_sentence_chars}).")
+        raise UserError(f"--max_sentence_chars must be at least 16 (got {max_sentence_chars}).")
     for path in input_files:
         if not os.path.isfile(path):
-            raise PrepError(f"Formatted input {path!r} does not exist; run --action text_formatting first.")
+            raise UserError(f"Formatted input {path!r} does not exist; run --action text_formatting first.")
     ensure_writable_dir(output_dir)
 
-    params = {"inputs": [_input_identity(p) for p in input_files], "n_training_shards": n_training_shards,
+    params = {"inputs": [input_identity(p) for p in input_files], "n_training_shards": n_training_shards,
               "n_test_shards": n_test_shards, "fraction_test": fraction_test,
               "max_sentence_chars": max_sentence_chars, "segmenter_version": SEGMENTER_VERSION}
     manifest = Manifest.load(output_dir, "sharding", params)
@@ -133,16 +136,18 @@ def shard_corpus(input_files: list[str], output_dir: str, dataset: str, *, n_tra
     n_documents = _count_documents(input_files)
     n_test_docs = int(n_documents * fraction_test)
     if n_documents - n_test_docs < n_training_shards:
-        raise PrepError(f"The corpus has {n_documents} documents ({n_documents - n_test_docs} for training), "
+        raise UserError(f"The corpus has {n_documents} documents ({n_documents - n_test_docs} for training), "
                         f"fewer than --n_training_shards {n_training_shards}; use fewer shards or more data.")
     if n_test_docs < n_test_shards:
-        raise PrepError(f"Only {n_test_docs} of {n_documents} documents go to the test set "
+        raise UserError(f"Only {n_test_docs} of {n_documents} documents go to the test set "
                         f"(--fraction_test_set {fraction_test}), fewer than --n_test_shards {n_test_shards}; "
                         f"lower --n_test_shards or raise --fraction_test_set.")
 
     for split in paths.SPLITS:
         os.makedirs(os.path.join(output_dir, split), exist_ok=True)
-    writers = _ShardWriters({key: tmp_path(os.path.join(output_dir, relpaths[key])) for key in todo},
+    for split in paths.SPLITS:
+        remove_stale_temporaries(os.path.join(output_dir, split))
+    writers = _ShardWriters({key: temporary_name(os.path.join(output_dir, relpaths[key])) for key in todo},
                             buffer_bytes)
     heaps = {"training": [(0, i) for i in range(n_training_shards)],
              "test": [(0, i) for i in range(n_test_shards)]}
@@ -167,7 +172,7 @@ def shard_corpus(input_files: list[str], output_dir: str, dataset: str, *, n_tra
                 yield key, text, max_sentence_chars
 
     try:
-        for key, block, n_sentences, cut in _bounded_imap(segment_document, assignments(), n_processes,
+        for key, block, n_sentences, cut in bounded_imap(segment_document, assignments(), n_processes,
                                                           chunk=256):
             stats = shard_stats[key]
             stats["sentences"] += n_sentences

@@ -1,11 +1,11 @@
-"""Builds and binds data/instances_native.c (the fast path of instance creation).
+"""Builds and binds data/pretraining/native.c (the fast path of instance creation).
 
 The C file is compiled on first use with the system C compiler (`cc -O2 -shared`) into
 data/__pycache__/ (or a per-user temporary directory when that is read-only) under a name
 keyed by the source's hash, so edits rebuild and concurrent processes never load a
 half-written library (they compile to a temporary name and rename). Without a compiler,
 `load(required=False)` returns None and callers fall back to the pure-Python modules
-(data/instances.py, data/masking.py), which give identical output, only slower.
+(data/pretraining/instances.py, masking.py), which give identical output, only slower.
 
 Random numbers: `MTState.from_random(rng)` copies a random.Random's Mersenne Twister state
 into C; `MTState.store(rng)` copies it back, so the Python object ends exactly where the
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-_SOURCE = Path(__file__).with_name("instances_native.c")
+_SOURCE = Path(__file__).with_name("native.c")
 _CFLAGS = ["-O2", "-shared", "-fPIC", "-std=c99", "-ffp-contract=off", "-fno-fast-math"]
 _lock = threading.Lock()
 _lib = None
@@ -203,6 +203,11 @@ def load(required=True):
     return _lib
 
 
+def loaded():
+    """The bound library if this process has already loaded it, else None (never compiles)."""
+    return _lib
+
+
 def unavailable_reason():
     return _error
 
@@ -220,7 +225,7 @@ def shuffled_indices(lib, state, n):
 
 
 class NativeLayout:
-    """The feature names and order from data/schema.py, kept alive for C."""
+    """The feature names and order from data/pretraining/schema.py, kept alive for C."""
 
     def __init__(self, keys, key_lengths, kinds):
         self.keys = keys
@@ -335,7 +340,7 @@ class RecordSerializer:
 
 
 def serialize_example(lib, layout, features, max_seq_length, max_predictions_per_seq):
-    """One example from a padded feature dict (data/schema.py names), via C."""
+    """One example from a padded feature dict (data/pretraining/schema.py names), via C."""
     def ints(name):
         return np.ascontiguousarray(features[name], np.int64)
 

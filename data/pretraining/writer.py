@@ -1,22 +1,18 @@
-r"""Pretraining TFRecords from text: a drop-in for Google's create_pretraining_data.py.
+"""Pretraining TFRecords from text: the library behind create_pretraining_data.py (Google's drop-in).
 
-    python -m data.create_pretraining_data --input_file=shards/*.txt --output_file=out.tfrecord \
-        --vocab_file=vocab.txt --do_lower_case=True --max_seq_length=128 \
-        --max_predictions_per_seq=20 --masked_lm_prob=0.15 --random_seed=12345 --dupe_factor=5
-
-Same flags (plus --spm_model_file), same input format (one sentence per line, a blank line
+Same input format (one sentence per line, a blank line
 between documents) and same output: given the same input, vocabulary and seed, the examples
-are Google's, example for example (data/instances.py explains how). What differs:
+are Google's, example for example (data/pretraining/instances.py explains how). What differs:
 
 - Speed and memory: tokenization runs in batches in the Rust tokenizer, documents live as
   one int32 array per input (not Python strings), instances as token ranges plus masks, and
-  the draws and the protobuf/TFRecord writing run in C (data/instances_native.c). Without a
+  the draws and the protobuf/TFRecord writing run in C (data/pretraining/native.c). Without a
   C compiler the pure-Python modules give the same bytes, only slower.
 - Safety: outputs are written under temporary names and renamed only when every file is
   complete; invalid UTF-8 is replaced and counted instead of crashing; a missing input, a
   vocabulary without BERT's special tokens or an unwritable output stops at once with one
   sentence naming it.
-- The examples are serialized in protobuf's deterministic form (data/schema.py says why).
+- The examples are serialized in protobuf's deterministic form (data/pretraining/schema.py says why).
 
 One reference quirk is kept on purpose: documents continue across input files unless a file
 ends with a blank line, exactly as the reference reads them.
@@ -24,21 +20,20 @@ ends with a blank line, exactly as the reference reads them.
 
 from __future__ import annotations
 
-import glob
 import itertools
 import os
 import random
-import sys
 import time
 from dataclasses import dataclass
 
 import numpy as np
 
-from data import instances_native, schema
-from data.instances import InstanceOptions, create_training_instances
-from data.masking import MaskingVocab, is_continuation_piece
+from data.pretraining import native as instances_native
+from common.files import commit, temporary_name
+from data.pretraining import schema, tfrecord
+from data.pretraining.instances import InstanceOptions, create_training_instances
+from data.pretraining.masking import MaskingVocab, is_continuation_piece
 
-PROG = "create_pretraining_data"
 _READ_BLOCK_BYTES = 4 << 20
 _DOCS_PER_CALL = 4096  # documents per C call: progress granularity
 
@@ -200,8 +195,8 @@ def _open_outputs(output_files):
                 raise OSError(f"Cannot write the output file {path!r}: it is a directory.")
             try:
                 os.makedirs(directory, exist_ok=True)
-                temporary = os.path.join(directory, f".{os.path.basename(path)}.partial-{os.getpid()}")
-                opened.append((path, temporary, schema.RecordWriter(temporary)))
+                temporary = temporary_name(path)
+                opened.append((path, temporary, tfrecord.RecordWriter(temporary)))
             except OSError as e:
                 raise OSError(
                     f"Cannot write the output file {path!r}: {e.strerror or e} (check that "
@@ -231,7 +226,7 @@ def _native_instances(corpus, tokenizer, options, rng, log, lib):
             continuation[index] = 1
     state = instances_native.MTState.from_random(rng)
     doc_perm = instances_native.shuffled_indices(lib, state, corpus.num_documents)  # rng.shuffle(docs)
-    native = instances_native.NativeCorpus(
+    native_corpus = instances_native.NativeCorpus(
         corpus.tokens, corpus.sent_off, corpus.doc_sent, doc_perm, list(vocab.values()), continuation,
         tokenizer.cls_id, tokenizer.sep_id, tokenizer.mask_id, options)
     # A pass makes at most one instance per sentence; the store grows as needed.
@@ -239,19 +234,19 @@ def _native_instances(corpus, tokenizer, options, rng, log, lib):
     start = time.perf_counter()
     for dupe in range(options.dupe_factor):
         for lo in range(0, corpus.num_documents, _DOCS_PER_CALL):
-            instances_native.create_instances(lib, state, native, lo,
+            instances_native.create_instances(lib, state, native_corpus, lo,
                                               min(lo + _DOCS_PER_CALL, corpus.num_documents), store)
         elapsed = time.perf_counter() - start
         log(f"pass {dupe + 1}/{options.dupe_factor}: {store.count:,} instances "
             f"({store.count / max(elapsed, 1e-9):,.0f}/s)")
     order = instances_native.shuffled_indices(lib, state, store.count)  # rng.shuffle(instances)
     state.store(rng)
-    return native, store, order
+    return native_corpus, store, order
 
 
-def _write_native(opened, native, store, order, lib, progress_bytes):
+def _write_native(opened, native_corpus, store, order, lib, progress_bytes):
     layout = instances_native.NativeLayout(*schema.native_layout())
-    serializer = instances_native.RecordSerializer(lib, native, layout)
+    serializer = instances_native.RecordSerializer(lib, native_corpus, layout)
     n_out, total = len(opened), len(order)
     done = 0
     for j, (_, _, writer) in enumerate(opened):
@@ -327,9 +322,9 @@ def _create_training_files(input_files, output_files, tokenizer, options, random
             + (f"; {corpus.invalid_utf8_lines:,} lines with invalid UTF-8 replaced"
                if corpus.invalid_utf8_lines else ""))
         if lib is not None and instances_native.supports(rng):
-            native, store, order = _native_instances(corpus, tokenizer, options, rng, log, lib)
+            native_corpus, store, order = _native_instances(corpus, tokenizer, options, rng, log, lib)
             num_instances = len(order)
-            masked = _write_native(opened, native, store, order, lib, write_progress)
+            masked = _write_native(opened, native_corpus, store, order, lib, write_progress)
         else:
             vocab = MaskingVocab.of_ids(tokenizer.vocab)
             instances = create_training_instances(corpus.documents(), rng, options, vocab)
@@ -339,7 +334,7 @@ def _create_training_files(input_files, output_files, tokenizer, options, random
         for _, _, writer in opened:
             writer.close()
         for final, temporary, _ in opened:
-            os.replace(temporary, final)
+            commit(temporary, final)
     except BaseException:
         _discard(opened)
         raise
@@ -358,18 +353,21 @@ def _create_training_files(input_files, output_files, tokenizer, options, random
 def create_training_files(input_files: list[str], output_files: list[str], tokenizer, *,
                           max_seq_length=128, max_predictions_per_seq=20, masked_lm_prob=0.15,
                           short_seq_prob=0.1, dupe_factor=10, random_seed=12345,
-                          do_whole_word_mask=False, progress=None) -> dict:
+                          do_whole_word_mask=False, progress=None, log=None, engine="auto") -> dict:
     """Text files -> pretraining TFRecord files, Google's output for the same seed.
 
     Args:
       input_files: text files, one sentence per line, blank line between documents; read in
         order as one stream (the reference's all_documents).
       output_files: TFRecord paths; instances go round robin over them. Each is written as
-        `.NAME.partial-PID` in its directory and renamed when all are complete.
+        a hidden temporary in its directory (common.files) and renamed when all are complete.
       tokenizer: from bert.tokenization.build_tokenizer (vocab, encode_batch, special ids).
       progress: None or a callable(n) called with increments of work; the increments add up
         to the total size of the input files in bytes (half while reading, half while
         writing), so `progress=bar.update` fits a bar whose total is that size.
+      log: None or a callable(str) for stage messages.
+      engine: "auto" (C where a compiler is available), "native" (C or an error) or "python";
+        every engine writes the same bytes.
 
     Returns {documents, sentences, tokens, instances, masked_tokens, invalid_utf8_lines,
     seconds}.
@@ -378,129 +376,4 @@ def create_training_files(input_files: list[str], output_files: list[str], token
                               masked_lm_prob=masked_lm_prob, short_seq_prob=short_seq_prob,
                               dupe_factor=dupe_factor, do_whole_word_mask=do_whole_word_mask)
     return _create_training_files(input_files, output_files, tokenizer, options, random_seed,
-                                  progress=progress)
-
-
-# ---- command line -------------------------------------------------------------------------
-
-
-def _define_flags(flag_values):
-    from absl import flags
-
-    # Google's flags, names and defaults; a private FlagValues so importing this module from
-    # data/prep.py registers nothing globally.
-    f = flag_values
-    flags.DEFINE_string("input_file", None, "Input raw text file (or comma-separated list of files / globs).",
-                        flag_values=f)
-    flags.DEFINE_string("output_file", None, "Output TF example file (or comma-separated list of files).",
-                        flag_values=f)
-    flags.DEFINE_string("vocab_file", None, "The vocabulary file that the BERT model was trained on.",
-                        flag_values=f)
-    flags.DEFINE_string("spm_model_file", None, "A SentencePiece model, instead of --vocab_file.",
-                        flag_values=f)
-    flags.DEFINE_bool("do_lower_case", True, "Whether to lower case the input text.", flag_values=f)
-    flags.DEFINE_bool("do_whole_word_mask", False, "Whether to use whole word masking rather than "
-                      "per-WordPiece masking.", flag_values=f)
-    flags.DEFINE_integer("max_seq_length", 128, "Maximum sequence length.", flag_values=f)
-    flags.DEFINE_integer("max_predictions_per_seq", 20,
-                         "Maximum number of masked LM predictions per sequence.", flag_values=f)
-    flags.DEFINE_integer("random_seed", 12345, "Random seed for data generation.", flag_values=f)
-    flags.DEFINE_integer("dupe_factor", 10,
-                         "Number of times to duplicate the input data (with different masks).", flag_values=f)
-    flags.DEFINE_float("masked_lm_prob", 0.15, "Masked LM probability.", flag_values=f)
-    flags.DEFINE_float("short_seq_prob", 0.1, "Probability of creating sequences which are shorter than the "
-                       "maximum length.", flag_values=f)
-    flags.DEFINE_enum("engine", "auto", ["auto", "native", "python"],
-                      "auto: C when a compiler is available, else Python (same output).", flag_values=f)
-
-
-def expand_input_patterns(spec):
-    """Comma-separated globs -> files, in the order given (each glob sorted). Raises
-    FileNotFoundError naming a pattern that matches nothing."""
-    files = []
-    for pattern in (p.strip() for p in spec.split(",")):
-        if not pattern:
-            continue
-        matches = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else (
-            [pattern] if os.path.exists(pattern) else [])
-        matches = [m for m in matches if os.path.isfile(m)]
-        if not matches:
-            raise FileNotFoundError(f"No input files match {pattern!r} (from --input_file).")
-        files.extend(matches)
-    if not files:
-        raise FileNotFoundError("--input_file names no files.")
-    return files
-
-
-class _StderrProgress:
-    """Input MB done and rate, at most every `every` seconds, on stderr."""
-
-    def __init__(self, total, every=2.0):
-        self.total, self.every, self.done = total, every, 0
-        self.start = self.last = time.perf_counter()
-
-    def __call__(self, n):
-        self.done += n
-        now = time.perf_counter()
-        if now - self.last >= self.every:
-            self.last = now
-            rate = self.done / 1e6 / max(now - self.start, 1e-9)
-            print(f"[{PROG}] {100 * self.done / max(self.total, 1):.0f}% of the work "
-                  f"({rate:.2f} MB/s of input)", file=sys.stderr, flush=True)
-
-
-def main(argv=None):
-    from absl import flags
-
-    from bert.tokenization import build_tokenizer
-
-    flag_values = flags.FlagValues()
-    _define_flags(flag_values)
-    argv = sys.argv if argv is None else argv
-    if any(a in ("-h", "--help", "-help", "--helpfull") for a in argv[1:]):
-        print(__doc__.strip().split("\n\n")[0] + "\n\n" + __doc__.strip().split("\n\n")[1] + "\n")
-        print(flag_values.get_help())
-        return 0
-    try:
-        flag_values(argv)
-        for name in ("input_file", "output_file"):
-            if not flag_values[name].value:
-                raise flags.Error(f"--{name} is required.")
-        if not flag_values.vocab_file and not flag_values.spm_model_file:
-            raise flags.Error("--vocab_file (or --spm_model_file) is required.")
-    except flags.Error as e:
-        print(f"{PROG}: error: {e}", file=sys.stderr)
-        return 2
-    F = flag_values
-    try:
-        input_files = expand_input_patterns(F.input_file)
-        output_files = [p.strip() for p in F.output_file.split(",") if p.strip()]
-        tokenizer = build_tokenizer(vocab_file=F.vocab_file, spm_model_file=F.spm_model_file,
-                                    do_lower_case=F.do_lower_case)
-        options = InstanceOptions(max_seq_length=F.max_seq_length,
-                                  max_predictions_per_seq=F.max_predictions_per_seq,
-                                  masked_lm_prob=F.masked_lm_prob, short_seq_prob=F.short_seq_prob,
-                                  dupe_factor=F.dupe_factor, do_whole_word_mask=F.do_whole_word_mask)
-        print(f"[{PROG}] {len(input_files)} input file(s) -> {len(output_files)} output file(s)",
-              file=sys.stderr, flush=True)
-        total = sum(os.path.getsize(p) for p in input_files)
-        stats = _create_training_files(
-            input_files, output_files, tokenizer, options, F.random_seed,
-            progress=_StderrProgress(total),
-            log=lambda message: print(f"[{PROG}] {message}", file=sys.stderr, flush=True),
-            engine=F.engine)
-    except (OSError, ValueError, RuntimeError, KeyError) as e:
-        message = e.args[0] if isinstance(e, KeyError) and e.args else e
-        print(f"{PROG}: error: {message}", file=sys.stderr)
-        return 1
-    if stats["instances"] == 0:
-        print(f"[{PROG}] warning: no instances: the input holds no non-empty document.", file=sys.stderr)
-    print(f"{PROG}: {stats['documents']:,} documents, {stats['sentences']:,} sentences, "
-          f"{stats['tokens']:,} tokens, {stats['instances']:,} instances, "
-          f"{stats['masked_tokens']:,} masked tokens, {stats['invalid_utf8_lines']:,} lines with "
-          f"invalid UTF-8 replaced, {stats['seconds']:.1f} s")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+                                  progress=progress, log=log, engine=engine)

@@ -24,8 +24,9 @@ import sys
 import time
 
 from bert.tokenization import SPECIAL_TOKENS, check_special_tokens, load_vocab
-from data.manifest import Manifest, PrepError, commit, ensure_writable_dir, tmp_path
-from data.text_formatting import _input_identity
+from common.errors import UserError
+from common.files import atomic_path, atomic_write, ensure_writable_dir
+from data.manifest import Manifest, input_identity
 
 VOCAB_KINDS = ("wordpiece", "sentencepiece")
 VOCAB_FILE = "vocab.txt"
@@ -46,13 +47,13 @@ def vocab_case(vocab: dict) -> float:
 def validate_vocab(vocab_file: str, do_lower_case: bool | None = None) -> dict:
     """Checks an existing vocab.txt; returns {size, special ids, cased_share, warnings}.
 
-    Raises PrepError naming the file if it is missing, not UTF-8, empty, or lacks a special token.
+    Raises UserError naming the file if it is missing, not UTF-8, empty, or lacks a special token.
     """
     try:
         vocab = load_vocab(vocab_file)
         check_special_tokens(vocab, vocab_file)
     except (FileNotFoundError, ValueError) as e:
-        raise PrepError(str(e)) from None
+        raise UserError(str(e)) from None
     with open(vocab_file, encoding="utf-8") as f:
         lines = sum(1 for _ in f)
     warnings = []
@@ -87,11 +88,9 @@ def train_wordpiece(files: list[str], output_file: str, *, vocab_size: int, do_l
                     show_progress=False, wordpieces_prefix="##")
     vocab = tokenizer.get_vocab()
     tokens = [t for t, _ in sorted(vocab.items(), key=lambda item: item[1])]
-    tmp = tmp_path(output_file)
-    with open(tmp, "w", encoding="utf-8", newline="\n") as f:
+    with atomic_write(output_file) as f:
         for token in tokens:
             f.write(token + "\n")
-    commit(tmp, output_file)
     return len(tokens)
 
 
@@ -116,9 +115,9 @@ def train_sentencepiece(files: list[str], output_file: str, *, vocab_size: int, 
                 normalization_rule_name="nmt_nfkc_cf" if do_lower_case else "nmt_nfkc",
                 logstream=quiet)
     except (RuntimeError, OSError) as e:
-        raise PrepError(f"SentencePiece training on {len(files)} shard(s) failed: {e}") from None
-    os.replace(prefix + ".model", tmp_path(output_file))
-    commit(tmp_path(output_file), output_file)
+        raise UserError(f"SentencePiece training on {len(files)} shard(s) failed: {e}") from None
+    with atomic_path(output_file) as temporary:
+        os.replace(prefix + ".model", temporary)
     vocab_listing = os.path.splitext(output_file)[0] + ".vocab"
     os.replace(prefix + ".vocab", vocab_listing)
     processor = spm.SentencePieceProcessor(model_file=output_file)
@@ -132,18 +131,18 @@ def build_vocab(training_files: list[str], output_dir: str, *, kind: str = "word
     """Trains a vocabulary on the training shards into output_dir (restartable); returns stats."""
     log = log or (lambda message: print(message, file=sys.stderr, flush=True))
     if kind not in VOCAB_KINDS:
-        raise PrepError(f"Unknown --vocab_type {kind!r}; choose from {', '.join(VOCAB_KINDS)}.")
+        raise UserError(f"Unknown --vocab_type {kind!r}; choose from {', '.join(VOCAB_KINDS)}.")
     if vocab_size < len(SPECIAL_TOKENS) + unused_tokens + 1:
-        raise PrepError(f"--vocab_size {vocab_size} leaves no room for pieces after the "
+        raise UserError(f"--vocab_size {vocab_size} leaves no room for pieces after the "
                         f"{len(SPECIAL_TOKENS) + unused_tokens} special tokens.")
     if not training_files:
-        raise PrepError("No training shards to train a vocabulary on; run --action sharding first.")
+        raise UserError("No training shards to train a vocabulary on; run --action sharding first.")
     for path in training_files:
         if not os.path.isfile(path):
-            raise PrepError(f"Training shard {path!r} does not exist; run --action sharding first.")
+            raise UserError(f"Training shard {path!r} does not exist; run --action sharding first.")
     ensure_writable_dir(output_dir)
     name = VOCAB_FILE if kind == "wordpiece" else SPM_MODEL_FILE
-    params = {"inputs": [_input_identity(p) for p in training_files], "kind": kind,
+    params = {"inputs": [input_identity(p) for p in training_files], "kind": kind,
               "vocab_size": vocab_size, "do_lower_case": do_lower_case, "min_frequency": min_frequency,
               "unused_tokens": unused_tokens, "spm_model_type": spm_model_type,
               "spm_max_sentences": spm_max_sentences}
@@ -175,6 +174,6 @@ def copy_vocab(vocab_file: str, output_dir: str) -> str:
     """Copies a validated vocab.txt next to the data it was used for (for provenance)."""
     ensure_writable_dir(output_dir)
     target = os.path.join(output_dir, VOCAB_FILE)
-    shutil.copyfile(vocab_file, tmp_path(target))
-    commit(tmp_path(target), target)
+    with atomic_path(target) as temporary:
+        shutil.copyfile(vocab_file, temporary)
     return target
