@@ -32,7 +32,7 @@ class MaskedLMHead(keras.layers.Layer):
 
     def __init__(self, config, word_embeddings=None, **kwargs):
         # autocast=False: the float32 output_bias is added to float32 logits; the table is cast
-        # to the compute dtype explicitly below.
+        # to the compute dtype explicitly below. The bias says it too (see LayerNorm).
         super().__init__(autocast=False, **kwargs)
         self.config = config = as_bert_config(config)
         if word_embeddings is None:
@@ -45,7 +45,7 @@ class MaskedLMHead(keras.layers.Layer):
         self.layer_norm = LayerNorm(config.layer_norm_eps, name="transform_LayerNorm",
                                     dtype=self.dtype_policy)
         self.output_bias = self.add_weight(name="output_bias", shape=(config.vocab_size,),
-                                           initializer="zeros", dtype="float32")
+                                           initializer="zeros", dtype="float32", autocast=False)
 
     def build(self, input_shape):
         d = self.config.hidden_size
@@ -74,7 +74,7 @@ class NextSentenceHead(keras.layers.Layer):
         self.output_weights = self.add_weight(name="output_weights", shape=(2, config.hidden_size),
                                               initializer=init)
         self.output_bias = self.add_weight(name="output_bias", shape=(2,), initializer="zeros",
-                                           dtype="float32")
+                                           dtype="float32", autocast=False)
 
     def call(self, pooled_output):
         w = ops.cast(self.output_weights, self.compute_dtype)

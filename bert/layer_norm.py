@@ -13,14 +13,18 @@ class LayerNorm(keras.layers.Layer):
     """
 
     def __init__(self, epsilon=1e-12, **kwargs):
-        # autocast=False: gamma and beta are read as the float32 they are stored in.
+        # autocast=False: gamma and beta are read as the float32 they are stored in. It is set on
+        # the weights too: Keras autocasts the variables of a mixed-precision layer that is called
+        # outside any other layer whatever the layer's own autocast says.
         super().__init__(autocast=False, **kwargs)
         self.epsilon = epsilon
 
     def build(self, input_shape):
         dim = input_shape[-1]
-        self.gamma = self.add_weight(name="gamma", shape=(dim,), initializer="ones", dtype="float32")
-        self.beta = self.add_weight(name="beta", shape=(dim,), initializer="zeros", dtype="float32")
+        self.gamma = self.add_weight(name="gamma", shape=(dim,), initializer="ones", dtype="float32",
+                                     autocast=False)
+        self.beta = self.add_weight(name="beta", shape=(dim,), initializer="zeros", dtype="float32",
+                                    autocast=False)
 
     def call(self, x):
         x32 = ops.cast(x, "float32")

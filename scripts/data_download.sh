@@ -19,6 +19,7 @@
 #   --train_vocab SIZE        train a WordPiece vocab of SIZE entries on the shards instead
 #   --n_training_shards N     (default 256)   --n_test_shards M (default 16)
 #   --fraction_test_set F     (default 0.1)   --dupe_factor D (default 5)
+#                             (defaults: NVIDIA's recipe, `python -m data.paths recipe`)
 #   --phases "1 2"            which TFRecord phases to build (default both)
 #   --n_processes P           worker processes (default: all cores)
 #   --mirror URL              download from a mirror with the same paths (e.g. a Wikipedia mirror)
@@ -55,8 +56,14 @@ case "$what" in
 esac
 
 data_dir="${BERT_DATA_DIR:-$ROOT/data_dir}"
-corpus=""; dataset=""; vocab_file=""; train_vocab=""
-n_training_shards=256; n_test_shards=16; fraction_test_set=0.1; dupe_factor=5; phases="1 2"
+corpus=""; dataset=""; vocab_file=""; train_vocab=""; phases="1 2"
+# NVIDIA's recipe (shard counts, test fraction, dupe_factor, phase 128/20 and 512/80) comes from
+# data/paths, the one place that defines it: lines of name=value, read without eval.
+declare -A recipe=()
+while IFS='=' read -r key value; do recipe[$key]="$value"; done < <(cd "$ROOT" && "$PY" -m data.paths recipe)
+[[ -n "${recipe[n_training_shards]:-}" ]] || die "cannot read the data recipe (python -m data.paths recipe) with $PY; run scripts/setup.sh."
+n_training_shards="${recipe[n_training_shards]}"; n_test_shards="${recipe[n_test_shards]}"
+fraction_test_set="${recipe[fraction_test_set]}"; dupe_factor="${recipe[dupe_factor]}"
 n_processes=""; mirror=""; wiki_dump="latest"; glue_tasks="all"; dry_run=0
 
 need_value() { [[ $# -ge 2 && -n "$2" ]] || die "$1 needs a value."; }
@@ -142,7 +149,7 @@ if [[ "$what" == wiki_only || "$what" == all ]]; then
   plan+=("split it into $n_training_shards training + $n_test_shards test shards (test fraction $fraction_test_set)")
   plan+=("vocabulary: $vocab_desc")
   for phase in $phases; do
-    if [[ "$phase" == 1 ]]; then seq=128; pred=20; else seq=512; pred=80; fi
+    seq="${recipe[phase${phase}_max_seq_length]}"; pred="${recipe[phase${phase}_max_predictions_per_seq]}"
     plan+=("phase $phase TFRecords (seq $seq, $pred predictions, dupe_factor $dupe_factor) -> $(paths_of "phase$phase")")
   done
 fi
@@ -170,7 +177,7 @@ if [[ "$what" == wiki_only || "$what" == all ]]; then
     step "${prep[@]}" --action download --dataset google_pretrained_weights "${dl[@]}"
   fi
   for phase in $phases; do
-    if [[ "$phase" == 1 ]]; then seq=128; pred=20; else seq=512; pred=80; fi
+    seq="${recipe[phase${phase}_max_seq_length]}"; pred="${recipe[phase${phase}_max_predictions_per_seq]}"
     step "${prep[@]}" --action create_tfrecord_files "${common[@]}" "${vocab_args[@]}" \
       --max_seq_length "$seq" --max_predictions_per_seq "$pred" --dupe_factor "$dupe_factor"
   done

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from data.pretraining import native as instances_native
+from data.pretraining import native
 from data.pretraining import schema, tfrecord
 from data.pretraining.instances import InstanceOptions, TrainingInstance
 from data.pretraining.masking import MaskingVocab
@@ -19,9 +19,9 @@ STRINGS = MaskingVocab.of_strings(TINY_VOCAB)
 
 
 def native_or_skip():
-    lib = instances_native.load(required=False)
+    lib = native.load(required=False)
     if lib is None:
-        pytest.skip(f"no native helper: {instances_native.unavailable_reason()}")
+        pytest.skip(f"no native helper: {native.unavailable_reason()}")
     return lib
 
 

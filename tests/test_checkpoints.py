@@ -1,4 +1,5 @@
-"""Checkpoint round trips in every layout, strictness, and the converter CLI."""
+"""Checkpoint round trips in every layout, the Google <-> Hugging Face name table, strictness,
+what sits beside a checkpoint, and the convert_checkpoint command line."""
 
 import json
 import os
@@ -10,6 +11,7 @@ import pytest
 
 from bert import checkpoints
 from bert.checkpoints import CheckpointMismatchError, load_weights, model_variables
+from common.errors import UserError
 from bert.encoder import BertEncoder
 from bert.pretraining import BertPretrainer
 from conftest import ROOT, random_batch
@@ -125,7 +127,7 @@ def test_huggingface_output_loads_in_transformers_with_heads(tiny_config, tmp_pa
 
 
 def _convert(*args):
-    return subprocess.run([sys.executable, "-m", "bert.convert", *args], cwd=ROOT,
+    return subprocess.run([sys.executable, os.path.join(ROOT, "convert_checkpoint.py"), *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=300)
 
 
@@ -147,6 +149,88 @@ def test_converter_cli_chain_preserves_outputs(tiny_config, tmp_path):
 def test_converter_cli_reports_a_bad_input_in_one_line(tmp_path):
     result = _convert("--input", str(tmp_path / "absent"), "--output_dir", str(tmp_path / "out"),
                       "--output_format", "google")
-    assert result.returncode == 1
-    assert result.stderr.strip().startswith("error: ") and "absent" in result.stderr
-    assert "Traceback" not in result.stderr
+    assert result.returncode == 2
+    assert result.stderr.strip().startswith("convert_checkpoint: error: ") and "absent" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_converter_cli_reports_a_checkpoint_that_does_not_fit_in_one_line(tiny_config, tmp_path):
+    import dataclasses
+    model = BertPretrainer(tiny_config)
+    checkpoints.save_google(model, str(tmp_path / "google"))
+    wider = dataclasses.replace(tiny_config, intermediate_size=128)
+    wider.to_json_file(tmp_path / "wider.json")
+    result = _convert("--input", str(tmp_path / "google"), "--output_dir", str(tmp_path / "out"),
+                      "--output_format", "trainer", "--bert_config_file", str(tmp_path / "wider.json"))
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()]
+    assert "shape mismatch bert/encoder/layer_0/intermediate/dense/kernel (32, 64) vs model (32, 128)" \
+        in result.stderr
+    result = _convert("--input", str(tmp_path / "google"), "--output_dir", str(tmp_path / "out"))
+    assert result.returncode == 2 and "--output_format is required" in result.stderr
+
+
+def test_name_table_maps_every_weight_both_ways(tiny_config):
+    names = model_variables(BertPretrainer(tiny_config))
+    for prefix in ("", "bert."):
+        keys = {}
+        for name in names:
+            key, transposed = checkpoints.google_to_hf(name, prefix)
+            assert checkpoints.hf_to_google(key, prefix) == (name, transposed)
+            keys[key] = transposed
+        assert len(keys) == len(names)
+    assert checkpoints.google_to_hf("bert/encoder/layer_1/attention/self/query/kernel", "bert.") == (
+        "bert.encoder.layer.1.attention.self.query.weight", True)
+    assert checkpoints.google_to_hf("bert/embeddings/LayerNorm/gamma") == ("embeddings.LayerNorm.weight", False)
+    assert checkpoints.google_to_hf("cls/seq_relationship/output_weights", "bert.") == (
+        "cls.seq_relationship.weight", False)  # [2, D] in both layouts
+    assert checkpoints.google_to_hf("cls/predictions/output_bias", "bert.") == ("cls.predictions.bias", False)
+    # Keys outside the table, or without the checkpoint's prefix, are not BERT weights.
+    assert checkpoints.hf_to_google("encoder.layer.0.attention.self.rotary.weight") is None
+    assert checkpoints.hf_to_google("encoder.layer.0.output.dense.weight", "bert.") is None
+    with pytest.raises(KeyError, match="bert/encoder/layer_0/extra"):
+        checkpoints.google_to_hf("bert/encoder/layer_0/extra")
+
+
+def test_unknown_huggingface_weight_is_named(tiny_config, tmp_path):
+    from safetensors.numpy import load_file, save_file
+    checkpoints.save_huggingface(BertEncoder(tiny_config), str(tmp_path))
+    tensors = load_file(str(tmp_path / "model.safetensors"))
+    tensors["encoder.layer.0.attention.self.rotary.weight"] = np.zeros((2,), "float32")
+    save_file(tensors, str(tmp_path / "model.safetensors"))
+    with pytest.raises(CheckpointMismatchError, match="not part of a BERT model: "
+                                                      "encoder.layer.0.attention.self.rotary.weight"):
+        checkpoints.read_hf_checkpoint(str(tmp_path))
+
+
+def test_checkpoint_format_and_what_sits_beside(tiny_config, tmp_path):
+    model = BertEncoder(tiny_config)
+    checkpoints.save_huggingface(model, str(tmp_path / "hf"))
+    prefix = checkpoints.save_google(model, str(tmp_path / "google"))
+    assert checkpoints.checkpoint_format(str(tmp_path / "hf")) == "huggingface"
+    assert checkpoints.checkpoint_format(str(tmp_path / "hf" / "model.safetensors")) == "huggingface"
+    assert checkpoints.checkpoint_format(prefix) == "tf"
+    # The config beside a checkpoint, or an explicit file of either layout (told apart by content).
+    assert checkpoints.find_config(prefix) == tiny_config
+    assert checkpoints.find_config(str(tmp_path / "nowhere" / "x.ckpt")) is None
+    assert checkpoints.find_config(prefix, str(tmp_path / "hf" / "config.json")) == tiny_config
+    with pytest.raises(UserError, match="absent.json"):
+        checkpoints.find_config(prefix, str(tmp_path / "absent.json"))
+    assert checkpoints.vocab_beside(prefix) is None
+    (tmp_path / "google" / "vocab.txt").write_text("[PAD]\n")
+    assert checkpoints.vocab_beside(prefix) == str(tmp_path / "google" / "vocab.txt")
+    assert checkpoints.vocab_beside(str(tmp_path / "google")) == str(tmp_path / "google" / "vocab.txt")
+
+
+def test_trainer_checkpoint_keeps_training_state_apart(tiny_config, tmp_path):
+    import tensorflow as tf
+    model = BertPretrainer(tiny_config)
+    prefix = checkpoints.save_trainer_checkpoint(model, str(tmp_path), step=7,
+                                                 training_state={"lamb_m/pooler": np.ones((3,), "float32")})
+    assert prefix == str(tmp_path / "ckpt-7")
+    assert tf.train.latest_checkpoint(str(tmp_path)) == prefix
+    reader = tf.train.load_checkpoint(prefix)
+    assert reader.get_tensor("global_step") == 7
+    np.testing.assert_array_equal(reader.get_tensor("training_state/lamb_m/pooler"), np.ones(3))
+    assert set(checkpoints.read_tf_checkpoint(str(tmp_path))) == set(model_variables(model))

@@ -6,7 +6,8 @@ import os
 
 import pytest
 
-from bert.config import BertConfig
+from bert.config import BertConfig, as_bert_config, read_config_file
+from common.errors import UserError
 from conftest import ROOT
 
 
@@ -42,7 +43,7 @@ def test_inconsistent_values_are_rejected(values, message):
 def test_malformed_json_names_the_file(tmp_path):
     path = tmp_path / "broken.json"
     path.write_text("{\"vocab_size\": 10,")
-    with pytest.raises(ValueError, match="broken.json is not valid JSON"):
+    with pytest.raises(ValueError, match="broken.json' is not valid JSON"):
         BertConfig.from_json_file(path)
     with pytest.raises(FileNotFoundError, match="absent.json"):
         BertConfig.from_json_file(tmp_path / "absent.json")
@@ -67,3 +68,27 @@ def test_hugging_face_config_maps_onto_ours(minilm_dir):
     assert (config.hidden_size, config.num_hidden_layers, config.vocab_size) == (384, 6, 30522)
     with pytest.raises(ValueError, match="only absolute position embeddings"):
         BertConfig.from_hf_dict({"vocab_size": 5, "position_embedding_type": "relative_key"})
+
+
+def test_config_errors_are_user_errors(tmp_path):
+    # Entry points print a UserError's one sentence; callers that catch ValueError still do.
+    with pytest.raises(UserError, match="hiden_size"):
+        BertConfig.from_dict({"vocab_size": 10, "hiden_size": 64}, source="bert_config.json")
+    with pytest.raises(UserError, match="absent.json"):
+        BertConfig.from_json_file(tmp_path / "absent.json")
+
+
+def test_layer_configs_accept_the_dict_form():
+    config = BertConfig(vocab_size=10, hidden_size=8, num_attention_heads=2)
+    assert as_bert_config(config) is config
+    assert as_bert_config(config.to_dict()) == config
+    with pytest.raises(ValueError, match="unknown BERT config key"):
+        as_bert_config({**config.to_dict(), "hidden": 3})
+
+
+def test_read_config_file_tells_google_from_hugging_face(tmp_path, minilm_dir):
+    hf = read_config_file(os.path.join(minilm_dir, "config.json"))
+    assert (hf.hidden_size, hf.num_hidden_layers) == (384, 6)
+    google = tmp_path / "anything.json"
+    hf.to_json_file(google)
+    assert read_config_file(google) == hf

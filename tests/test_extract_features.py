@@ -3,14 +3,14 @@
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 
 import numpy as np
 import pytest
-from absl import app
-
 import extract_features as ef
+from common.errors import UserError
 from conftest import ROOT, SENTENCES
 
 # A few real lines: pairs (Google's `A ||| B`), an accent, a one-token sentence; five lines with
@@ -89,13 +89,18 @@ def google_output(io_dir, google_dir):
                    vocab_file=os.path.join(google_dir, "vocab.txt"), layers=LAYERS,
                    batch_size=BATCH, log=log)
     assert count == len(EXAMPLES)
-    assert f"{count}/{count} lines (100%)" in log.getvalue()
+    assert _final_progress(count).search(log.getvalue())
     return output
+
+
+def _final_progress(count):
+    """The last progress line (common.progress.Progress): 'extract_features: 100% 5/5 [...]'."""
+    return re.compile(rf"^extract_features: 100%\S* {count}(\.0)?/{count} \[.*lines/s\]$", re.M)
 
 
 @pytest.fixture(scope="module")
 def reference(minilm_dir):
-    """Per example: (tokens, last_hidden_state [T, D], hidden_states[-2] [T, D]) from transformers."""
+    """Per example: (tokens, last_hidden_state [S, D], hidden_states[-2] [S, D]) from transformers."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     tokenizer = transformers.BertTokenizerFast.from_pretrained(minilm_dir)
@@ -118,8 +123,8 @@ def test_google_checkpoint_matches_transformers(hf_cli, google_output, reference
         assert [f["token"] for f in features] == tokens
         assert tokens[0] == "[CLS]" and tokens[-1] == "[SEP]"
         assert all([layer["index"] for layer in f["layers"]] == [-1, -2, 0, -6] for f in features)
-        got_last = np.array([f["layers"][0]["values"] for f in features])         # [T, D]
-        got_second = np.array([f["layers"][1]["values"] for f in features])       # [T, D]
+        got_last = np.array([f["layers"][0]["values"] for f in features])         # [S, D]
+        got_second = np.array([f["layers"][1]["values"] for f in features])       # [S, D]
         assert got_last.shape == last.shape == (len(tokens), 384)
         assert np.abs(got_last - last).max() <= 1e-4
         assert np.abs(got_second - second_last).max() <= 1e-4
@@ -134,7 +139,7 @@ def test_google_checkpoint_matches_transformers(hf_cli, google_output, reference
 def test_cli_on_huggingface_dir_gives_identical_output(hf_cli, google_output):
     result = hf_cli()
     assert result["returncode"] == 0, result["stderr"]
-    assert f"{len(EXAMPLES)}/{len(EXAMPLES)} lines (100%)" in result["stderr"]
+    assert _final_progress(len(EXAMPLES)).search(result["stderr"])
     with open(result["output"], encoding="utf-8") as f, open(google_output, encoding="utf-8") as g:
         hf_text, google_text = f.read(), g.read()
     assert hf_text.count("\n") == len(EXAMPLES)
@@ -159,7 +164,7 @@ def test_missing_input_file_fails_in_one_line(tmp_path, minilm_dir):
     process = _cli(f"--input_file={missing}", f"--output_file={tmp_path / 'out.jsonl'}",
                    f"--init_checkpoint={minilm_dir}")
     stdout, stderr = process.communicate(timeout=60)
-    assert process.returncode == 1
+    assert process.returncode == 2
     assert stderr.strip().splitlines() == [
         f"extract_features: error: --input_file {missing} does not exist."]
     assert not (tmp_path / "out.jsonl").exists()
@@ -167,10 +172,10 @@ def test_missing_input_file_fails_in_one_line(tmp_path, minilm_dir):
 
 def test_missing_config_fails_naming_the_checkpoint(io_dir, tmp_path):
     prefix = str(tmp_path / "bert_model.ckpt")
-    with pytest.raises(app.UsageError, match="No bert_config.json or config.json beside "
+    with pytest.raises(UserError, match="No bert_config.json or config.json beside "
                                              + prefix.replace(".", r"\.")):
         ef.run(str(io_dir / "input.txt"), str(tmp_path / "out.jsonl"), prefix)
-    with pytest.raises(app.UsageError, match="--bert_config_file .*nope.json does not exist"):
+    with pytest.raises(UserError, match="--bert_config_file .*nope.json does not exist"):
         ef.run(str(io_dir / "input.txt"), str(tmp_path / "out.jsonl"), prefix,
                bert_config_file=str(tmp_path / "nope.json"))
 
@@ -193,11 +198,11 @@ def test_checkpoint_that_does_not_fit_leaves_no_output(io_dir, google_dir, tmp_p
 def test_layers_out_of_range_and_malformed():
     assert ef.parse_layers("-1,-2,-3,-4", 6) == [-1, -2, -3, -4]
     assert ef.parse_layers("0,5,-6", 6) == [0, 5, -6]
-    with pytest.raises(app.UsageError, match=r"--layers index 6 is out of range .* 6 layers"):
+    with pytest.raises(UserError, match=r"--layers index 6 is out of range .* 6 layers"):
         ef.parse_layers("-1,6", 6)
-    with pytest.raises(app.UsageError, match=r"--layers index -7 is out of range"):
+    with pytest.raises(UserError, match=r"--layers index -7 is out of range"):
         ef.parse_layers("-7", 6)
-    with pytest.raises(app.UsageError, match="comma-separated integers"):
+    with pytest.raises(UserError, match="comma-separated integers"):
         ef.parse_layers("-1,last", 6)
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from bert.tokenization import build_tokenizer
-from data.pretraining import native as instances_native
+from data.pretraining import native
 from data.pretraining.writer import read_documents
 from pretraining_reference import native_or_skip
 
@@ -18,10 +18,10 @@ from pretraining_reference import native_or_skip
 def test_fast_tokenizer_agrees_with_the_tokenizer(lower, minilm_dir, tmp_path):
     lib = native_or_skip()
     base_tokenizer = build_tokenizer(vocab_file=os.path.join(minilm_dir, "vocab.txt"), do_lower_case=lower)
-    fast = instances_native.FastWordPiece.for_tokenizer(lib, base_tokenizer)
+    fast = native.FastWordPiece.for_tokenizer(lib, base_tokenizer)
     assert fast is not None
     # The on-disk cache of the character table holds what computing it gives.
-    fresh = instances_native._character_table(base_tokenizer._tokenizer, lower)
+    fresh = native._character_table(base_tokenizer._tokenizer, lower)
     for cached, computed in zip((fast.cls, fast.rep_off, fast.rep), fresh):
         np.testing.assert_array_equal(cached, computed)
     text = ("Ünïcödé ΣΟΦΙΑ σοφία ﬁne 東京タワー 😀 a\u0301b \u00a0 tab\there zero\u200bwidth "
@@ -48,13 +48,13 @@ def test_native_random_matches_python_random():
     lib = native_or_skip()
     for seed in (0, 12345):
         ours, theirs = random.Random(seed), random.Random(seed)
-        state = instances_native.MTState.from_random(ours)
+        state = native.MTState.from_random(ours)
         for n in (1, 2, 3, 4, 7, 8, 1000, 2**31, 2**32, 2**32 + 5, 2**40 + 3):
             assert lib.bert_randbelow(state, n) == theirs.randrange(n)
         for _ in range(700):  # crosses a 624-word refill
             assert lib.bert_random(state) == theirs.random()
         x = list(range(50))
         theirs.shuffle(x)
-        assert instances_native.shuffled_indices(lib, state, 50).tolist() == x
+        assert native.shuffled_indices(lib, state, 50).tolist() == x
         state.store(ours)
         assert ours.getstate() == theirs.getstate()

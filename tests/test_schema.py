@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from data.pretraining import native as instances_native
+from data.pretraining import native
 from data.pretraining import schema
 
 S, P = 16, 4
@@ -109,13 +109,13 @@ def test_parse_examples_gives_int32_and_float32():
 
 
 def test_native_serializer_matches(tmp_path):
-    lib = instances_native.load(required=False)
+    lib = native.load(required=False)
     if lib is None:
-        pytest.skip(f"no native helper: {instances_native.unavailable_reason()}")
-    layout = instances_native.NativeLayout(*schema.native_layout())
+        pytest.skip(f"no native helper: {native.unavailable_reason()}")
+    layout = native.NativeLayout(*schema.native_layout())
     rng = random.Random(4)
     for n_tokens, n_masked in [(S, P), (5, 1), (12, 0)]:
         features = random_features(rng, n_tokens, n_masked)
-        ours = instances_native.serialize_example(lib, layout, features, S, P)
+        ours = native.serialize_example(lib, layout, features, S, P)
         assert ours == schema.serialize_example(features)
-    assert os.path.exists(instances_native._SOURCE)
+    assert os.path.exists(native._SOURCE)

@@ -2,12 +2,13 @@
 TensorFlow's reader and writer, corruption named with the file and offset."""
 
 import random
+import os
 import struct
 
 import pytest
 import tensorflow as tf
 
-from data.pretraining import native as instances_native
+from data.pretraining import native
 from data.pretraining import schema, tfrecord
 from test_schema import S, random_features
 
@@ -17,14 +18,14 @@ def test_crc32c_known_values():
     # RFC 3720 / iSCSI check value, and TensorFlow's masking of it.
     assert tfrecord.crc32c(b"123456789") == 0xE3069283
     assert tfrecord.crc32c(b"") == 0
-    lib = instances_native.load(required=False)
+    lib = native.load(required=False)
     if lib is not None:
         data = bytes(range(256)) * 5 + b"tail"
         table = tfrecord._crc32c_table()
         c = 0xFFFFFFFF
         for b in data:
             c = (c >> 8) ^ table[(c ^ b) & 0xFF]
-        assert instances_native.crc32c(lib, data) == c ^ 0xFFFFFFFF
+        assert native.crc32c(lib, data) == c ^ 0xFFFFFFFF
 
 
 def test_records_round_trip_with_tensorflow(tmp_path):
@@ -64,3 +65,25 @@ def test_corrupt_and_truncated_records_name_the_file(tmp_path):
 def test_frame_record_header():
     framed = tfrecord.frame_record(b"abc")
     assert struct.unpack("<Q", framed[:8])[0] == 3 and framed[12:15] == b"abc" and len(framed) == 19
+
+
+def test_reading_records_in_a_training_process_never_builds_the_native_library(tmp_path):
+    # The C writer compiles on first use; a training process that only reads records (the input
+    # pipeline's checks, CRC verification) must never start a compiler, so it never loads it.
+    import subprocess
+    import sys
+
+    path = str(tmp_path / "r.tfrecord")
+    with tfrecord.RecordWriter(path) as w:
+        w.write(schema.serialize_example(random_features(random.Random(0), 10, 2)))
+    code = (
+        "import sys\n"
+        "from data.pretraining import native, tfrecord\n"
+        "from training import input_pipeline\n"
+        f"assert len(list(tfrecord.read_records({path!r}, verify=True))) == 1\n"
+        f"input_pipeline.check_file({path!r}, {S}, 4)\n"
+        "assert native.loaded() is None and native.unavailable_reason() is None, 'native load attempted'\n"
+    )
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    result = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from data.pretraining import native as instances_native
+from data.pretraining import native
 from common.files import commit, temporary_name
 from data.pretraining import schema, tfrecord
 from data.pretraining.instances import InstanceOptions, create_training_instances
@@ -97,9 +97,9 @@ def _tokenize_block_fast(block, fast, tokenizer):
     """As _tokenize_lines(_decode_lines(block)) via C, with the lines C leaves (invalid
     UTF-8, rare characters) done by `tokenizer`. Returns (blank, lengths, tokens, invalid)."""
     kind, n_tok, ids = fast.tokenize_block(block)
-    blank = kind == instances_native.LINE_BLANK
+    blank = kind == native.LINE_BLANK
     lengths = n_tok.astype(np.int64)
-    fallback = np.flatnonzero(kind == instances_native.LINE_FALLBACK)
+    fallback = np.flatnonzero(kind == native.LINE_FALLBACK)
     if not len(fallback):
         return blank, lengths, ids, 0
     raw = block.split(b"\n")
@@ -129,8 +129,8 @@ def read_documents(input_files, tokenizer, *, progress=None, block_bytes=_READ_B
     C where the native helper builds (`fast`), with identical results. `progress(n)` is called
     with the input bytes read. Returns a TokenizedCorpus.
     """
-    lib = instances_native.load(required=False) if fast else None
-    fast_wordpiece = instances_native.FastWordPiece.for_tokenizer(lib, tokenizer) if lib else None
+    lib = native.load(required=False) if fast else None
+    fast_wordpiece = native.FastWordPiece.for_tokenizer(lib, tokenizer) if lib else None
     token_parts, length_parts, key_parts = [], [], []
     blank_lines = 0  # every sentence is keyed by the number of blank lines before it
     invalid = 0
@@ -224,29 +224,29 @@ def _native_instances(corpus, tokenizer, options, rng, log, lib):
     for token, index in vocab.items():
         if is_continuation_piece(token):
             continuation[index] = 1
-    state = instances_native.MTState.from_random(rng)
-    doc_perm = instances_native.shuffled_indices(lib, state, corpus.num_documents)  # rng.shuffle(docs)
-    native_corpus = instances_native.NativeCorpus(
+    state = native.MTState.from_random(rng)
+    doc_perm = native.shuffled_indices(lib, state, corpus.num_documents)  # rng.shuffle(docs)
+    native_corpus = native.NativeCorpus(
         corpus.tokens, corpus.sent_off, corpus.doc_sent, doc_perm, list(vocab.values()), continuation,
         tokenizer.cls_id, tokenizer.sep_id, tokenizer.mask_id, options)
     # A pass makes at most one instance per sentence; the store grows as needed.
-    store = instances_native.NativeInstances(corpus.num_sentences, options.max_predictions_per_seq)
+    store = native.NativeInstances(corpus.num_sentences, options.max_predictions_per_seq)
     start = time.perf_counter()
     for dupe in range(options.dupe_factor):
         for lo in range(0, corpus.num_documents, _DOCS_PER_CALL):
-            instances_native.create_instances(lib, state, native_corpus, lo,
+            native.create_instances(lib, state, native_corpus, lo,
                                               min(lo + _DOCS_PER_CALL, corpus.num_documents), store)
         elapsed = time.perf_counter() - start
         log(f"pass {dupe + 1}/{options.dupe_factor}: {store.count:,} instances "
             f"({store.count / max(elapsed, 1e-9):,.0f}/s)")
-    order = instances_native.shuffled_indices(lib, state, store.count)  # rng.shuffle(instances)
+    order = native.shuffled_indices(lib, state, store.count)  # rng.shuffle(instances)
     state.store(rng)
     return native_corpus, store, order
 
 
 def _write_native(opened, native_corpus, store, order, lib, progress_bytes):
-    layout = instances_native.NativeLayout(*schema.native_layout())
-    serializer = instances_native.RecordSerializer(lib, native_corpus, layout)
+    layout = native.NativeLayout(*schema.native_layout())
+    serializer = native.RecordSerializer(lib, native_corpus, layout)
     n_out, total = len(opened), len(order)
     done = 0
     for j, (_, _, writer) in enumerate(opened):
@@ -290,9 +290,9 @@ def _create_training_files(input_files, output_files, tokenizer, options, random
     rng = random.Random(random_seed)
     lib = None
     if engine != "python":
-        lib = instances_native.load(required=engine == "native")
+        lib = native.load(required=engine == "native")
         if lib is None:
-            log(f"the C instance builder is unavailable ({instances_native.unavailable_reason()}); "
+            log(f"the C instance builder is unavailable ({native.unavailable_reason()}); "
                 "using the pure-Python path (same output, much slower)")
 
     # Half of the progress units (input bytes) while reading, half while writing.
@@ -321,7 +321,7 @@ def _create_training_files(input_files, output_files, tokenizer, options, random
             f"({total_bytes / 1e6 / max(elapsed, 1e-9):.2f} MB/s)"
             + (f"; {corpus.invalid_utf8_lines:,} lines with invalid UTF-8 replaced"
                if corpus.invalid_utf8_lines else ""))
-        if lib is not None and instances_native.supports(rng):
+        if lib is not None and native.supports(rng):
             native_corpus, store, order = _native_instances(corpus, tokenizer, options, rng, log, lib)
             num_instances = len(order)
             masked = _write_native(opened, native_corpus, store, order, lib, write_progress)

@@ -12,14 +12,17 @@ bertPrep so its users find things where they expect them:
     <root>/tfrecord/lower_case_<0|1>_seq_len_<S>_max_pred_<P>_masked_lm_prob_<p>_random_seed_<r>_
         dupe_factor_<d>_shard_<N>_test_split_<pct>/<dataset>/{training,test}/<shard>.tfrecord
 
-`python -m data.paths` prints the defaults (what scripts/run_pretraining_lamb.sh reads).
+This is also the one place for NVIDIA's recipe values that the launchers share (shard counts,
+test fraction, phase 1 = 128/20 and phase 2 = 512/80, dupe_factor, masking, seed):
+`python -m data.paths` prints the default locations and `python -m data.paths recipe` the
+values, as `name=value` lines that scripts/data_download.sh reads instead of repeating them.
 """
 
 from __future__ import annotations
 
 import os
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DATA_DIR_ENV = "BERT_DATA_DIR"
 DEFAULT_DATA_DIR = os.path.join(REPO_ROOT, "data_dir")
 
@@ -98,29 +101,11 @@ def default_pretraining_dirs(root: str, dataset: str = DEFAULT_DATASET,
     }
 
 
-def main(argv=None) -> int:
-    import argparse
-
-    parser = argparse.ArgumentParser(description="Print the default data locations.")
-    parser.add_argument("what", nargs="?", default="all",
-                        choices=("all", "root", "phase1", "phase2", "vocab"))
-    parser.add_argument("--dataset", default=DEFAULT_DATASET)
-    parser.add_argument("--n_training_shards", type=int, default=DEFAULT_TRAINING_SHARDS)
-    parser.add_argument("--fraction_test_set", type=float, default=DEFAULT_FRACTION_TEST)
-    parser.add_argument("--dupe_factor", type=int, default=DEFAULT_TFRECORD_PARAMS["dupe_factor"])
-    parser.add_argument("--data_dir", default=None, help=f"overrides ${DATA_DIR_ENV}")
-    args = parser.parse_args(argv)
-    root = data_root(os.environ, args.data_dir)
-    dirs = default_pretraining_dirs(root, args.dataset, args.n_training_shards, args.fraction_test_set,
-                                    dupe_factor=args.dupe_factor)
-    values = {"root": root, **dirs, "vocab": os.path.join(vocab_dir(root, args.dataset), "vocab.txt")}
-    if args.what == "all":
-        for key, value in values.items():
-            print(f"{key}\t{value}")
-    else:
-        print(values[args.what])
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+def recipe() -> dict:
+    """NVIDIA's data recipe as flat {name: value}: what the shell launchers default to."""
+    values = {"dataset": DEFAULT_DATASET, "n_training_shards": DEFAULT_TRAINING_SHARDS,
+              "n_test_shards": DEFAULT_TEST_SHARDS, "fraction_test_set": DEFAULT_FRACTION_TEST,
+              **{k: int(v) if isinstance(v, bool) else v for k, v in DEFAULT_TFRECORD_PARAMS.items()}}
+    for phase, params in (("phase1", PHASE1), ("phase2", PHASE2)):
+        values.update({f"{phase}_{k}": v for k, v in params.items()})
+    return values
