@@ -30,6 +30,7 @@ def test_dockerfile_and_every_shell_script_are_lint_clean():
     assert result.returncode == 0, output
     assert "[lint] clean" in output
     assert "Haskell Dockerfile Linter 2.15.1: Dockerfile" in output
+    assert "[lint] ruff 0.17.6: ." in output  # the whole tree, lint and format
     checked = output.split("[lint] shellcheck 0.11.0: ", 1)[1].splitlines()[0].split()
     for script in ["scripts/setup.sh", "scripts/test.sh", ".ci/run", "scripts/run.sub",
                    "scripts/lint.sh", "scripts/docker/build.sh", "scripts/docker/launch.sh"]:
@@ -41,9 +42,12 @@ def test_the_linters_fail_on_a_finding(tmp_path):
     script.write_text("#!/bin/bash\nrm -rf $1/tmp\n")  # unquoted expansion: SC2086
     dockerfile = tmp_path / "Dockerfile"
     dockerfile.write_text("FROM ubuntu\nRUN cd /tmp && make\n")  # untagged image, cd in RUN
-    result = _bash("scripts/lint.sh", str(script), str(dockerfile))
+    module = tmp_path / "bad.py"
+    module.write_text("import os\nx  =  1\n")  # unused import (F401) and unformatted
+    result = _bash("scripts/lint.sh", str(script), str(dockerfile), str(module))
     output = result.stdout + result.stderr
     assert result.returncode == 1, output
+    assert "F401" in output and "Would reformat" in output
     assert "SC2086" in output
     assert "DL3006" in output and "DL3003" in output
     assert "[lint] clean" not in output

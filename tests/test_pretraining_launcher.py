@@ -387,7 +387,7 @@ def test_phase_2_needs_phase_1s_final_checkpoint(workspace):
 
 
 @pytest.mark.parametrize("change, message", [
-    (lambda t, env: {"PHASE2_DATA": str(t / "empty")}, "phase-2 training data pattern"),
+    (lambda t, env: {"PHASE2_DATA": str(t / "empty")}, "phase-2 training data"),
     (lambda t, env: {"VOCAB_FILE": str(t / "big_vocab.txt")}, "has 100 tokens but the model's vocab_size is 64"),
     (lambda t, env: {"PHASE1_DATA": str(t / "phase2")}, "Phase 1 needs seq 128 / 20 predictions"),
 ])
