@@ -2,6 +2,7 @@
 
     python prepare_data.py --action download --dataset wikicorpus_en     # also squad, glue,
                                                                          # google_pretrained_weights
+    python prepare_data.py --action download --dataset python_docs --corpus_mb 8  # offline corpus
     python prepare_data.py --action text_formatting --dataset wikicorpus_en
     python prepare_data.py --action text_formatting --dataset my_notes --input_files notes.jsonl
     python prepare_data.py --action sharding --dataset wikicorpus_en --n_training_shards 256
@@ -31,6 +32,7 @@ from data import paths
 
 ACTIONS = ("download", "text_formatting", "sharding", "vocab", "create_tfrecord_files")
 PROG = "prepare_data"
+PYTHON_DOCS = "python_docs"
 
 
 def define_flags(fv) -> None:
@@ -38,8 +40,11 @@ def define_flags(fv) -> None:
 
     flags.DEFINE_enum("action", None, ACTIONS, "The stage to run.", flag_values=fv)
     flags.DEFINE_string("dataset", paths.DEFAULT_DATASET,
-                        "wikicorpus_en, squad, glue, google_pretrained_weights (download), or any name "
-                        "for your own corpus (formatting onwards).", flag_values=fv)
+                        "wikicorpus_en, squad, glue, google_pretrained_weights, python_docs (download), or "
+                        "any name for your own corpus (formatting onwards).", flag_values=fv)
+    flags.DEFINE_float("corpus_mb", 8.0, "download --dataset python_docs: megabytes of text to build from the "
+                                         "installed Python's documentation and docstrings (offline).",
+                       flag_values=fv)
     flags.DEFINE_string("data_dir", None, f"Root of all data (default ${paths.DATA_DIR_ENV} or "
                                           f"{paths.DEFAULT_DATA_DIR}).", flag_values=fv)
     flags.DEFINE_string("input_files", None,
@@ -131,6 +136,18 @@ def run(F, environ) -> dict:
     if action != "create_tfrecord_files" and world > 1:
         raise UserError(f"--action {action} runs in one process; only create_tfrecord_files uses MPI ranks.")
 
+    if action == "download" and F.dataset == PYTHON_DOCS:
+        from data.corpus import stdlib_text
+
+        if F.corpus_mb <= 0:
+            raise UserError(f"--corpus_mb must be positive (got {F.corpus_mb}).")
+        target = paths.python_docs_file(root)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        if os.path.isfile(target) and abs(os.path.getsize(target) / 1e6 - F.corpus_mb) < 0.1:
+            return {"path": target, "bytes": os.path.getsize(target), "skipped": True}
+        with Progress(PYTHON_DOCS, int(F.corpus_mb * 1e6), enabled=F.progress) as progress:
+            return {"path": target, **stdlib_text.build_corpus(target, F.corpus_mb, progress=progress)}
+
     if action == "download":
         from data.corpus import download
 
@@ -148,6 +165,8 @@ def run(F, environ) -> dict:
     if action == "text_formatting":
         from data.corpus import text_formatting
 
+        if not inputs and F.dataset == PYTHON_DOCS:
+            inputs = [paths.python_docs_file(root)]
         if not inputs:
             if F.dataset != "wikicorpus_en":
                 raise UserError(f"Pass --input_files for dataset {F.dataset!r} (plain text, JSONL or a "

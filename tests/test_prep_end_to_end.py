@@ -238,3 +238,18 @@ def test_data_download_script_validates_and_runs_offline(tmp_path):
     expected = paths.default_pretraining_dirs(str(tmp_path))
     assert expected["phase1"] in plan.stdout and expected["phase2"] in plan.stdout
     assert "--action download --dataset squad" in plan.stdout and not os.listdir(tmp_path)
+
+
+def test_offline_python_docs_corpus_is_built_once_and_formatted(tmp_path, capsys):
+    _prep(tmp_path, "--action", "download", "--dataset", "python_docs", "--corpus_mb", "0.3", "--no_progress")
+    corpus = paths.python_docs_file(str(tmp_path))
+    assert os.path.getsize(corpus) >= 300_000
+    capsys.readouterr()
+    _prep(tmp_path, "--action", "download", "--dataset", "python_docs", "--corpus_mb", "0.3", "--no_progress")
+    assert "skipped=True" in capsys.readouterr().err
+    _prep(tmp_path, "--action", "text_formatting", "--dataset", "python_docs", "--input_format", "text",
+          "--no_progress")
+    with open(paths.formatted_file(str(tmp_path), "python_docs"), encoding="utf-8") as f:
+        assert len(f.read().splitlines()) > 10  # one document per line
+    assert prepare_data.main(["--action", "download", "--dataset", "python_docs", "--corpus_mb", "0",
+                              "--data_dir", str(tmp_path)], environ={}) == 2

@@ -465,9 +465,10 @@ def verify_phase1_checkpoint(directory: str, steps: int, wait_s: float = 0.0) ->
 
 # ---- input checks ----------------------------------------------------------------------------
 
-def check_inputs(paths: dict, run_phases, do_eval: bool, log=print) -> None:
-    """Before any training: the config and vocab fit each other and every phase about to run has
-    non-empty training (and test) globs whose records have the phase's shape."""
+def check_inputs(paths: dict, run_phases, do_eval: bool, init_checkpoint: str = "", log=print) -> None:
+    """Before any training: the config and vocab fit each other, `init_checkpoint` (when given)
+    exists, and every phase about to run has non-empty training (and test) globs whose records
+    have the phase's shape."""
     from common.files import expand_globs
 
     bert_config, vocab_file = paths["bert_config"], paths["vocab_file"]
@@ -489,8 +490,8 @@ def check_inputs(paths: dict, run_phases, do_eval: bool, log=print) -> None:
         check_vocab_size(config, vocab_size, vocab_file)
     except ValueError as e:
         raise UserError(f"{e} (config {bert_config})") from None
-    if paths["init_checkpoint"] and 1 in run_phases and "://" not in paths["init_checkpoint"]:
-        init = paths["init_checkpoint"]
+    if init_checkpoint and "://" not in init_checkpoint:
+        init = init_checkpoint
         if not (os.path.exists(init) or glob.glob(glob.escape(init) + ".index")):
             raise UserError(f"INIT_CHECKPOINT {init} does not exist (give a checkpoint prefix, a "
                             "directory holding one, or a Hugging Face model directory).")
@@ -648,19 +649,23 @@ def plan(script: str, which: str, plan_file: str, args, environ: dict, repo_root
             raise UserError(f"Phase 2 could start from INIT_CHECKPOINT {init[2]} or from phase 1's "
                             f"output {phase_output(paths, 1)}; unset INIT_CHECKPOINT to continue phase 1, "
                             "or give another --results_dir to start from INIT_CHECKPOINT.")
-        assignments["PHASE2_CMD"] = commands[2]
-    say("checking inputs:")
-    check_inputs(paths, run_phases, resolved.value["do_eval"], log=say)
-    from common.files import ensure_writable_dir
-
-    ensure_writable_dir(paths["results_dir"], what="results directory (RESULTS_DIR)")
+    starting = []
     for n in run_phases:  # a finished phase (a re-run of the same command) is not started again
         if checkpoint_step(phase_output(paths, n)) == phases[n].steps:
             say(f"phase {n} is complete (checkpoint at step {phases[n].steps} in "
                 f"{phase_output(paths, n)}): skipping it.")
             assignments[f"PHASE{n}_CMD"] = []
-        elif n == 1:
-            assignments["PHASE1_CMD"] = commands[1]
+        else:
+            starting.append(n)
+            assignments[f"PHASE{n}_CMD"] = commands[n]
+    if starting:
+        say("checking inputs:")
+        first = starting[0]  # INIT_CHECKPOINT is where the first phase of this launcher starts
+        check_inputs(paths, starting, resolved.value["do_eval"],
+                     init[first] if first == run_phases[0] else "", log=say)
+        from common.files import ensure_writable_dir
+
+        ensure_writable_dir(paths["results_dir"], what="results directory (RESULTS_DIR)")
     from common.files import write_text
 
     write_text(plan_file, _plan_text(assignments))

@@ -50,6 +50,11 @@ def download_dir(root: str, dataset: str) -> str:
     return os.path.join(root, "download", dataset)
 
 
+def python_docs_file(root: str) -> str:
+    """The offline corpus built from the installed Python's prose (data/corpus/stdlib_text.py)."""
+    return os.path.join(download_dir(root, "python_docs"), "python_docs.txt")
+
+
 def formatted_file(root: str, dataset: str) -> str:
     return os.path.join(root, "formatted", dataset, f"{dataset}_one_article_per_line.txt")
 
