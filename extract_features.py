@@ -275,6 +275,7 @@ def run(input_file: str, output_file: str, init_checkpoint: str, *, bert_config_
     check_vocab_size(config, tokenizer.vocab_size, vocab_file or spm_model_file)
 
     import tensorflow as tf
+
     from bert.encoder import BertEncoder
 
     policy, tf32 = PRECISIONS[precision]

@@ -27,6 +27,9 @@ from bert.config import BertConfig, read_config_file, read_config_json
 from bert.errors import BertError, BertFileNotFoundError
 from common.files import atomic_path, commit, temporary_name, write_json, write_text
 
+# Shapes: B batch, S sequence, D hidden, N heads, H head size (D = N * H), I intermediate,
+# P masked positions (max predictions per sequence), V vocab.
+
 GOOGLE_CHECKPOINT_NAME = "bert_model.ckpt"
 HF_WEIGHTS_NAME = "model.safetensors"
 HF_CONFIG_NAME = "config.json"
@@ -34,7 +37,7 @@ BERT_CONFIG_NAME = "bert_config.json"
 VOCAB_NAME = "vocab.txt"
 
 # Checkpoint entries that hold no model weight: optimizer slots, step counters and loss-scale
-# state from Google's, NVIDIA's and our trainers.
+# state from Google's, NVIDIA's and this project's trainers.
 _SKIPPED_SUFFIXES = ("/adam_m", "/adam_v", "/lamb_m", "/lamb_v", "/Momentum")
 _SKIPPED_NAMES = frozenset({"global_step", "current_loss_scale", "good_steps", "loss_scale",
                             "_CHECKPOINTABLE_OBJECT_GRAPH"})

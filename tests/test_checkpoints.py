@@ -11,9 +11,9 @@ import pytest
 
 from bert import checkpoints
 from bert.checkpoints import CheckpointMismatchError, load_weights, model_variables
-from common.errors import UserError
 from bert.encoder import BertEncoder
 from bert.pretraining import BertPretrainer
+from common.errors import UserError
 from conftest import ROOT, random_batch
 
 

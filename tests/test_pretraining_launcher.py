@@ -16,24 +16,58 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PRESETS = os.path.join(ROOT, "configs", "presets")
-POSITIONAL = ["train_batch_size_phase1", "train_batch_size_phase2", "eval_batch_size",
-              "learning_rate_phase1", "learning_rate_phase2", "precision", "use_xla", "num_gpus",
-              "warmup_steps_phase1", "warmup_steps_phase2", "train_steps", "save_checkpoint_steps",
-              "num_accumulation_steps_phase1", "num_accumulation_steps_phase2", "bert_model"]
+POSITIONAL = [
+    "train_batch_size_phase1",
+    "train_batch_size_phase2",
+    "eval_batch_size",
+    "learning_rate_phase1",
+    "learning_rate_phase2",
+    "precision",
+    "use_xla",
+    "num_gpus",
+    "warmup_steps_phase1",
+    "warmup_steps_phase2",
+    "train_steps",
+    "save_checkpoint_steps",
+    "num_accumulation_steps_phase1",
+    "num_accumulation_steps_phase2",
+    "bert_model",
+]
 NVIDIA_DEFAULTS = "64 8 8 7.5e-4 5e-4 fp16 true 8 2000 200 7820 100 128 512 large".split()
 # Variables the launcher reads: the tests set them explicitly, never inherit them.
-LAUNCH_ENV = ("BERT_DATA_DIR", "RESULTS_DIR", "BERT_CONFIG", "VOCAB_FILE", "PHASE1_DATA", "PHASE2_DATA",
-              "INIT_CHECKPOINT", "HOROVOD_LAUNCHER", "LAUNCHER_ARGS", "HOROVOD_SIZE", "HOROVOD_RANK",
-              "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "PMI_SIZE", "PMI_RANK", "PMIX_SIZE",
-              "PMIX_RANK")
+LAUNCH_ENV = (
+    "BERT_DATA_DIR",
+    "RESULTS_DIR",
+    "BERT_CONFIG",
+    "VOCAB_FILE",
+    "PHASE1_DATA",
+    "PHASE2_DATA",
+    "INIT_CHECKPOINT",
+    "HOROVOD_LAUNCHER",
+    "LAUNCHER_ARGS",
+    "HOROVOD_SIZE",
+    "HOROVOD_RANK",
+    "OMPI_COMM_WORLD_SIZE",
+    "OMPI_COMM_WORLD_RANK",
+    "PMI_SIZE",
+    "PMI_RANK",
+    "PMIX_SIZE",
+    "PMIX_RANK",
+)
 
 
 def launch(*args, script="run_pretraining_lamb.sh", env=None, cwd=None):
     full_env = {k: v for k, v in os.environ.items() if k not in LAUNCH_ENV and not k.startswith("SLURM_")}
     full_env.setdefault("BERT_PYTHON", sys.executable)
     full_env.update(env or {})
-    return subprocess.run(["bash", os.path.join(ROOT, "scripts", script), *args], env=full_env,
-                          cwd=cwd or ROOT, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        ["bash", os.path.join(ROOT, "scripts", script), *args],
+        env=full_env,
+        cwd=cwd or ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def dry_run(*args, **kwargs):
@@ -41,8 +75,10 @@ def dry_run(*args, **kwargs):
     result = launch("--dry_run", *args, **kwargs)
     assert result.returncode == 0, result.stderr
     out = result.stdout
-    settings = {name: (value, source) for name, value, source in
-                re.findall(r"^  (\w+) += (\S+) +\((.*)\)$", out, re.M)}
+    settings = {
+        name: (value, source)
+        for name, value, source in re.findall(r"^  (\w+) += (\S+) +\((.*)\)$", out, re.M)
+    }
     phases = {}
     for number, body in re.findall(r"^phase (\d): seq .*\n((?:  .*\n)+)", out, re.M):
         phases[int(number)] = dict(re.findall(r"^  ([a-z ]+?) += (\S+)", body, re.M))
@@ -68,20 +104,27 @@ def preset_file_values(path):
 
 # ---- validation -------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("args, message", [
-    ([str(i) for i in range(1, 17)], "at most 15 positional arguments are accepted, got 16"),
-    (["sixty-four"], "train_batch_size_phase1 (argument 1) must be a positive integer, got 'sixty-four'"),
-    (["64", "8.5"], "train_batch_size_phase2 (argument 2) must be a positive integer, got '8.5'"),
-    (["0"], "train_batch_size_phase1 (argument 1) must be a positive integer, got '0'"),
-    (["64", "8", "8", "fast"], "learning_rate_phase1 (argument 4) must be a number in (0, 1]"),
-    (["64", "8", "8", "7.5e-4", "5e-4", "fp8"], "precision (argument 6) must be one of fp16, fp32, tf32, bf16"),
-    (["64", "8", "8", "7.5e-4", "5e-4", "fp16", "yes"], "use_xla (argument 7) must be true or false"),
-    ([*NVIDIA_DEFAULTS[:14], "huge"], "bert_model (argument 15) must be one of base, large"),
-    (["--num_gpus=-2"], "num_gpus (--num_gpus) must be a positive integer, got '-2'"),
-    (["--train_batch_size_phase1"], "--train_batch_size_phase1 needs a value"),
-    (["--num_gpu=2"], "unknown option '--num_gpu'"),
-    (["--preset", "no_such_preset"], "no preset 'no_such_preset'"),
-])
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        ([str(i) for i in range(1, 17)], "at most 15 positional arguments are accepted, got 16"),
+        (["sixty-four"], "train_batch_size_phase1 (argument 1) must be a positive integer, got 'sixty-four'"),
+        (["64", "8.5"], "train_batch_size_phase2 (argument 2) must be a positive integer, got '8.5'"),
+        (["0"], "train_batch_size_phase1 (argument 1) must be a positive integer, got '0'"),
+        (["64", "8", "8", "fast"], "learning_rate_phase1 (argument 4) must be a number in (0, 1]"),
+        (
+            ["64", "8", "8", "7.5e-4", "5e-4", "fp8"],
+            "precision (argument 6) must be one of fp16, fp32, tf32, bf16",
+        ),
+        (["64", "8", "8", "7.5e-4", "5e-4", "fp16", "yes"], "use_xla (argument 7) must be true or false"),
+        ([*NVIDIA_DEFAULTS[:14], "huge"], "bert_model (argument 15) must be one of base, large"),
+        (["--num_gpus=-2"], "num_gpus (--num_gpus) must be a positive integer, got '-2'"),
+        (["--train_batch_size_phase1"], "--train_batch_size_phase1 needs a value"),
+        (["--num_gpu=2"], "unknown option '--num_gpu'"),
+        (["--preset", "no_such_preset"], "no preset 'no_such_preset'"),
+    ],
+)
 def test_bad_arguments_give_the_usage_and_exit_2(args, message):
     result = launch(*args, "--dry_run")
     assert result.returncode == 2, result.stdout
@@ -90,14 +133,24 @@ def test_bad_arguments_give_the_usage_and_exit_2(args, message):
     assert "resolved settings" not in result.stdout  # refused before anything is printed or run
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--train_steps=0"], "train_steps (--train_steps) must be a positive integer, got '0'"),
-    (["--train_steps=1", "--warmup_steps_phase1=0"], "phase 1 would run 0 steps"),
-    # phase-1 global batch 65536, phase-2 64 x 512 x 8 = 262144: (10 - 9) x 65536 // 262144 = 0
-    (["--train_steps=10", "--warmup_steps_phase1=0", "--warmup_steps_phase2=0",
-      "--train_batch_size_phase2=64"], "phase 2 would run 0 steps"),
-    (["--train_steps=1000"], "warmup_steps_phase1=2000 exceeds phase 1's 900 steps"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--train_steps=0"], "train_steps (--train_steps) must be a positive integer, got '0'"),
+        (["--train_steps=1", "--warmup_steps_phase1=0"], "phase 1 would run 0 steps"),
+        # phase-1 global batch 65536, phase-2 64 x 512 x 8 = 262144: (10 - 9) x 65536 // 262144 = 0
+        (
+            [
+                "--train_steps=10",
+                "--warmup_steps_phase1=0",
+                "--warmup_steps_phase2=0",
+                "--train_batch_size_phase2=64",
+            ],
+            "phase 2 would run 0 steps",
+        ),
+        (["--train_steps=1000"], "warmup_steps_phase1=2000 exceeds phase 1's 900 steps"),
+    ],
+)
 def test_zero_steps_and_overlong_warmup_are_refused(args, message):
     result = launch(*args, "--dry_run")
     assert result.returncode == 2
@@ -108,18 +161,21 @@ def test_help_lists_every_argument_in_nvidias_order_with_its_default():
     result = launch("--help")
     assert result.returncode == 0
     rows = re.findall(r"^ +(\d+) (\w+) +(\S+) ", result.stdout, re.M)
-    assert [(int(i), name, default) for i, name, default in rows] == \
-        list(zip(range(1, 16), POSITIONAL, NVIDIA_DEFAULTS))
+    assert [(int(i), name, default) for i, name, default in rows] == list(
+        zip(range(1, 16), POSITIONAL, NVIDIA_DEFAULTS)
+    )
     for preset in ("nvidia_dgx_a100_8gpu_large", "single_gpu_base", "cpu_tiny"):
         assert preset in result.stdout
 
 
 # ---- resolution -------------------------------------------------------------------------------
 
+
 def test_nvidias_defaults_give_7038_then_1564_steps():
     settings, phases, commands = dry_run()
-    assert {name: settings[name] for name in POSITIONAL} == \
-        {name: (value, "default") for name, value in zip(POSITIONAL, NVIDIA_DEFAULTS)}
+    assert {name: settings[name] for name in POSITIONAL} == {
+        name: (value, "default") for name, value in zip(POSITIONAL, NVIDIA_DEFAULTS)
+    }
     # 7820 * 9 // 10 = 7038; (7820 - 7038) x (64 x 128 x 8) / (8 x 512 x 8) = 782 x 2 = 1564
     assert phases[1]["steps"] == "7038" and phases[2]["steps"] == "1564"
     assert phases[1]["global batch"] == "65536" and phases[2]["global batch"] == "32768"
@@ -130,12 +186,32 @@ def test_nvidias_defaults_give_7038_then_1564_steps():
 
 
 def test_positional_arguments_reach_the_flags_they_name():
-    values = ["48", "6", "4", "1e-3", "2e-3", "bf16", "false", "2", "100", "10", "1000", "50", "4", "8", "base"]
+    values = [
+        "48",
+        "6",
+        "4",
+        "1e-3",
+        "2e-3",
+        "bf16",
+        "false",
+        "2",
+        "100",
+        "10",
+        "1000",
+        "50",
+        "4",
+        "8",
+        "base",
+    ]
     settings, phases, commands = dry_run(*values)
-    assert {name: settings[name] for name in POSITIONAL} == \
-        {name: (value, f"argument {i}") for i, (name, value) in enumerate(zip(POSITIONAL, values), 1)}
+    assert {name: settings[name] for name in POSITIONAL} == {
+        name: (value, f"argument {i}") for i, (name, value) in enumerate(zip(POSITIONAL, values), 1)
+    }
     one, two = flags(commands[1]), flags(commands[2])
-    for phase, batch, rate, warmup, accumulation in ((one, "48", "1e-3", "100", "4"), (two, "6", "2e-3", "10", "8")):
+    for phase, batch, rate, warmup, accumulation in (
+        (one, "48", "1e-3", "100", "4"),
+        (two, "6", "2e-3", "10", "8"),
+    ):
         assert phase["train_batch_size"] == batch and phase["learning_rate"] == rate
         assert phase["num_warmup_steps"] == warmup and phase["num_accumulation_steps"] == accumulation
         assert phase["eval_batch_size"] == "4" and phase["save_checkpoints_steps"] == "50"
@@ -151,8 +227,9 @@ def test_each_preset_resolves_to_its_values(preset):
     values = preset_file_values(os.path.join(PRESETS, preset + ".conf"))
     assert set(values) == set(POSITIONAL), "a preset sets every positional setting"
     settings, phases, commands = dry_run("--preset", preset)
-    assert {name: settings[name] for name in POSITIONAL} == \
-        {name: (value, f"preset {preset}") for name, value in values.items()}
+    assert {name: settings[name] for name in POSITIONAL} == {
+        name: (value, f"preset {preset}") for name, value in values.items()
+    }
     # ...and each value reaches the flag it names (NVIDIA's preset functions mis-wired theirs).
     for n in (1, 2):
         cmd = flags(commands[n])
@@ -166,21 +243,29 @@ def test_each_preset_resolves_to_its_values(preset):
         assert cmd["bert_config_file"].endswith(f"bert_{values['bert_model']}.json")
         assert cmd["use_horovod"] == ("true" if int(values["num_gpus"]) > 1 else "false")
     workers = int(values["num_gpus"])
-    global_batch = {n: int(values[f"train_batch_size_phase{n}"]) * int(values[f"num_accumulation_steps_phase{n}"])
-                    * workers for n in (1, 2)}
+    global_batch = {
+        n: int(values[f"train_batch_size_phase{n}"])
+        * int(values[f"num_accumulation_steps_phase{n}"])
+        * workers
+        for n in (1, 2)
+    }
     steps1 = int(values["train_steps"]) * 9 // 10
     assert int(phases[1]["steps"]) == steps1
-    assert int(phases[2]["steps"]) == (int(values["train_steps"]) - steps1) * global_batch[1] // global_batch[2]
+    assert (
+        int(phases[2]["steps"]) == (int(values["train_steps"]) - steps1) * global_batch[1] // global_batch[2]
+    )
 
 
 def test_nvidia_preset_is_nvidias_defaults():
-    assert [preset_file_values(os.path.join(PRESETS, "nvidia_dgx_a100_8gpu_large.conf"))[n]
-            for n in POSITIONAL] == NVIDIA_DEFAULTS
+    assert [
+        preset_file_values(os.path.join(PRESETS, "nvidia_dgx_a100_8gpu_large.conf"))[n] for n in POSITIONAL
+    ] == NVIDIA_DEFAULTS
 
 
 def test_precedence_is_defaults_then_preset_then_positional_then_named():
-    settings, _, commands = dry_run("--preset", "cpu_tiny", "16", "4", "--eval_batch_size=2",
-                                    "--train_batch_size_phase2", "2")
+    settings, _, commands = dry_run(
+        "--preset", "cpu_tiny", "16", "4", "--eval_batch_size=2", "--train_batch_size_phase2", "2"
+    )
     assert settings["train_batch_size_phase1"] == ("16", "argument 1")  # positional beats preset
     assert settings["train_batch_size_phase2"] == ("2", "--train_batch_size_phase2")  # named beats both
     assert settings["eval_batch_size"] == ("2", "--eval_batch_size")  # named beats preset
@@ -195,10 +280,12 @@ def test_preset_files_are_strict(tmp_path):
     good.write_text('{"num_gpus": 2, "use_xla": false, "learning_rate_phase1": "1e-3"}')
     settings, _, _ = dry_run("--preset", str(good))
     assert settings["num_gpus"] == ("2", f"preset {good}") and settings["use_xla"][0] == "false"
-    for text, message in (("num_gpu=2\n", "line 1: unknown setting 'num_gpu'"),
-                          ("num_gpus=2\nnum_gpus=4\n", "line 2: num_gpus is set twice"),
-                          ("num_gpus 2\n", "line 1: expected name=value"),
-                          ("precision=fp8\n", "precision (preset")):
+    for text, message in (
+        ("num_gpu=2\n", "line 1: unknown setting 'num_gpu'"),
+        ("num_gpus=2\nnum_gpus=4\n", "line 2: num_gpus is set twice"),
+        ("num_gpus 2\n", "line 1: expected name=value"),
+        ("precision=fp8\n", "precision (preset"),
+    ):
         bad = tmp_path / "bad.conf"
         bad.write_text(text)
         result = launch("--preset", str(bad), "--dry_run")
@@ -207,17 +294,25 @@ def test_preset_files_are_strict(tmp_path):
 
 # ---- commands ---------------------------------------------------------------------------------
 
+
 def test_dry_run_prints_both_phases_commands(tmp_path):
-    env = {"PHASE1_DATA": str(tmp_path / "p1"), "PHASE2_DATA": str(tmp_path / "p2"),
-           "RESULTS_DIR": str(tmp_path / "ignored"), "VOCAB_FILE": str(tmp_path / "vocab.txt"),
-           "INIT_CHECKPOINT": str(tmp_path / "google")}
+    env = {
+        "PHASE1_DATA": str(tmp_path / "p1"),
+        "PHASE2_DATA": str(tmp_path / "p2"),
+        "RESULTS_DIR": str(tmp_path / "ignored"),
+        "VOCAB_FILE": str(tmp_path / "vocab.txt"),
+        "INIT_CHECKPOINT": str(tmp_path / "google"),
+    }
     results = tmp_path / "results"
     _, _, commands = dry_run("--results_dir", str(results), "--", "--log_every_n_steps=7", env=env)
     assert set(commands) == {1, 2}
     one, two = flags(commands[1]), flags(commands[2])
-    assert commands[1][:2] == [os.path.join(os.path.dirname(sys.executable), "horovodrun")
-                               if os.path.exists(os.path.join(os.path.dirname(sys.executable), "horovodrun"))
-                               else "horovodrun", "-np"]
+    assert commands[1][:2] == [
+        os.path.join(os.path.dirname(sys.executable), "horovodrun")
+        if os.path.exists(os.path.join(os.path.dirname(sys.executable), "horovodrun"))
+        else "horovodrun",
+        "-np",
+    ]
     assert commands[1][commands[1].index(os.path.join(ROOT, "run_pretraining.py")) - 1] == sys.executable
     assert (one["max_seq_length"], one["max_predictions_per_seq"]) == ("128", "20")
     assert (two["max_seq_length"], two["max_predictions_per_seq"]) == ("512", "80")
@@ -237,8 +332,13 @@ def test_dry_run_prints_both_phases_commands(tmp_path):
 
 
 def test_default_paths_are_where_data_download_writes(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "data.paths"], cwd=ROOT, capture_output=True, text=True,
-                            env=dict(os.environ, BERT_DATA_DIR=str(tmp_path)))
+    result = subprocess.run(
+        [sys.executable, "-m", "data.paths"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, BERT_DATA_DIR=str(tmp_path)),
+    )
     expected = dict(line.split("\t") for line in result.stdout.splitlines())
     _, _, commands = dry_run("--do_eval=false", env={"BERT_DATA_DIR": str(tmp_path)})
     one, two = flags(commands[1]), flags(commands[2])
@@ -249,13 +349,20 @@ def test_default_paths_are_where_data_download_writes(tmp_path):
     assert "eval_files" not in one and "do_eval" not in one  # --do_eval=false drops both
 
 
-@pytest.mark.parametrize("env, workers, program", [
-    ({}, "2", "horovodrun"),
-    ({"HOROVOD_LAUNCHER": "mpirun"}, "2", "mpirun"),
-    ({"SLURM_JOB_ID": "7"}, "2", "mpirun"),  # in an allocation, outside a step: OpenMPI reads it
-    ({"SLURM_JOB_ID": "7", "SLURM_STEP_NUM_TASKS": "2", "SLURM_PROCID": "0"}, "2", None),  # a task of srun
-    ({}, "1", None),
-])
+@pytest.mark.parametrize(
+    "env, workers, program",
+    [
+        ({}, "2", "horovodrun"),
+        ({"HOROVOD_LAUNCHER": "mpirun"}, "2", "mpirun"),
+        ({"SLURM_JOB_ID": "7"}, "2", "mpirun"),  # in an allocation, outside a step: OpenMPI reads it
+        (
+            {"SLURM_JOB_ID": "7", "SLURM_STEP_NUM_TASKS": "2", "SLURM_PROCID": "0"},
+            "2",
+            None,
+        ),  # a task of srun
+        ({}, "1", None),
+    ],
+)
 def test_workers_start_through_horovodrun_mpirun_or_directly(env, workers, program):
     _, _, commands = dry_run("--num_gpus", workers, env=env)
     for cmd in commands.values():
@@ -285,10 +392,20 @@ def test_phase_scripts_run_one_phase_each(tmp_path):
 def test_run_sub_gives_tasks_the_mounted_data_and_results(tmp_path):
     data = tmp_path / "data"
     data.mkdir()
-    env = {"BERT_DRY_RUN": "1", "SLURM_JOB_ID": "42", "CONT": "img.sqsh", "DATADIR": str(data),
-           "RESULTSDIR": str(tmp_path / "results")}
-    result = subprocess.run(["bash", "scripts/run.sub", "bash", "scripts/run_pretraining_lamb.sh", "--num_gpus=16"],
-                            cwd=ROOT, env=dict(os.environ, **env), capture_output=True, text=True)
+    env = {
+        "BERT_DRY_RUN": "1",
+        "SLURM_JOB_ID": "42",
+        "CONT": "img.sqsh",
+        "DATADIR": str(data),
+        "RESULTSDIR": str(tmp_path / "results"),
+    }
+    result = subprocess.run(
+        ["bash", "scripts/run.sub", "bash", "scripts/run_pretraining_lamb.sh", "--num_gpus=16"],
+        cwd=ROOT,
+        env=dict(os.environ, **env),
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stderr
     argv = shlex.split(result.stdout.strip().splitlines()[-1])
     assert argv[-3:] == ["bash", "scripts/run_pretraining_lamb.sh", "--num_gpus=16"]
@@ -305,10 +422,12 @@ def _write_records(directory, seq, predictions, count=2):
     from data.pretraining import schema, tfrecord
 
     directory.mkdir(parents=True)
-    features = schema.pad_features([2, 5, 6, 3, 7, 8, 3], [0, 0, 0, 0, 1, 1, 1], [1, 4], [5, 7], False,
-                                   seq, predictions)
+    features = schema.pad_features(
+        [2, 5, 6, 3, 7, 8, 3], [0, 0, 0, 0, 1, 1, 1], [1, 4], [5, 7], False, seq, predictions
+    )
     (directory / "part-0.tfrecord").write_bytes(
-        tfrecord.frame_record(schema.serialize_example(features)) * count)
+        tfrecord.frame_record(schema.serialize_example(features)) * count
+    )
 
 
 @pytest.fixture
@@ -333,16 +452,22 @@ if [[ "${{1:-}}" == */run_pretraining.py ]]; then
   for a in "$@"; do
     case "$a" in --output_dir=*) out="${{a#*=}}";; --num_train_steps=*) steps="${{a#*=}}";; esac
   done
+  if [[ "${{FAKE_STATUS:-0}}" != 0 ]]; then exit "$FAKE_STATUS"; fi
   mkdir -p "$out"
   printf 'model_checkpoint_path: "ckpt-%s"\\n' "$((steps - ${{SHORT_BY:-0}}))" > "$out/checkpoint"
-  exit "${{FAKE_STATUS:-0}}"
+  exit 0
 fi
 exec {sys.executable} "$@"
 """)
     fake.chmod(0o755)
-    env = {"BERT_PYTHON": str(fake), "PHASE1_DATA": str(tmp_path / "phase1"),
-           "PHASE2_DATA": str(tmp_path / "phase2"), "VOCAB_FILE": str(vocab),
-           "BERT_CONFIG": str(tmp_path / "bert_config.json"), "RESULTS_DIR": str(tmp_path / "results")}
+    env = {
+        "BERT_PYTHON": str(fake),
+        "PHASE1_DATA": str(tmp_path / "phase1"),
+        "PHASE2_DATA": str(tmp_path / "phase2"),
+        "VOCAB_FILE": str(vocab),
+        "BERT_CONFIG": str(tmp_path / "bert_config.json"),
+        "RESULTS_DIR": str(tmp_path / "results"),
+    }
     return tmp_path, env
 
 
@@ -351,12 +476,14 @@ def _runs(tmp_path):
     return [flags(line.split()) for line in log.read_text().splitlines()] if log.exists() else []
 
 
+@pytest.mark.slow  # checking the records imports TensorFlow (seconds)
 def test_both_phases_run_in_order_and_a_rerun_skips_them(workspace):
     tmp_path, env = workspace
     result = launch("--preset", "cpu_tiny", env=env)
     assert result.returncode == 0, result.stderr
     assert result.stdout.index("resolved settings") < result.stdout.index("checking inputs")
     assert "phase 1 training: 1 file(s) of seq 128 / 20 predictions" in result.stdout
+    assert "phase 2 training: 1 file(s) of seq 512 / 80 predictions" in result.stdout
     one, two = _runs(tmp_path)
     assert (one["max_seq_length"], one["num_train_steps"]) == ("128", "450")
     assert (two["max_seq_length"], two["num_train_steps"]) == ("512", "100")
@@ -367,30 +494,45 @@ def test_both_phases_run_in_order_and_a_rerun_skips_them(workspace):
     assert len(_runs(tmp_path)) == 2
 
 
-def test_a_failed_phase_1_stops_before_phase_2(workspace):
+@pytest.mark.slow  # checking the records imports TensorFlow (seconds)
+def test_phase_2_starts_only_from_phase_1s_final_checkpoint(workspace):
     tmp_path, env = workspace
-    result = launch("--preset", "cpu_tiny", env={**env, "FAKE_STATUS": "3"})
-    assert result.returncode == 3
-    assert "phase 1 stopped with exit status 3" in result.stderr
-    assert len(_runs(tmp_path)) == 1
-
-
-def test_phase_2_needs_phase_1s_final_checkpoint(workspace):
-    tmp_path, env = workspace
-    result = launch("--preset", "cpu_tiny", env={**env, "SHORT_BY": "1"})
-    assert result.returncode == 2
-    assert "latest checkpoint in" in result.stderr and "is at step 449, not its final step 450" in result.stderr
-    assert len(_runs(tmp_path)) == 1
-    alone = launch("--preset", "cpu_tiny", script="run_pretraining_lamb_phase2.sh",
-                   env={**env, "RESULTS_DIR": str(tmp_path / "elsewhere")})
+    failed = launch("--preset", "cpu_tiny", env={**env, "FAKE_STATUS": "3"})
+    assert failed.returncode == 3
+    assert "phase 1 stopped with exit status 3" in failed.stderr
+    assert len(_runs(tmp_path)) == 1  # phase 2 never started
+    short = launch("--preset", "cpu_tiny", env={**env, "SHORT_BY": "1"})
+    assert short.returncode == 2
+    assert "is at step 449, not its final step 450" in short.stderr
+    assert len(_runs(tmp_path)) == 2  # phase 1 again, phase 2 still not
+    alone = launch(
+        "--preset",
+        "cpu_tiny",
+        script="run_pretraining_lamb_phase2.sh",
+        env={**env, "RESULTS_DIR": str(tmp_path / "elsewhere")},
+    )
     assert alone.returncode == 2 and "Phase 1 left no checkpoint in" in alone.stderr
 
 
-@pytest.mark.parametrize("change, message", [
-    (lambda t, env: {"PHASE2_DATA": str(t / "empty")}, "phase-2 training data"),
-    (lambda t, env: {"VOCAB_FILE": str(t / "big_vocab.txt")}, "has 100 tokens but the model's vocab_size is 64"),
-    (lambda t, env: {"PHASE1_DATA": str(t / "phase2")}, "Phase 1 needs seq 128 / 20 predictions"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda t, env: {"PHASE2_DATA": str(t / "empty")}, "phase-2 training data"),
+        (
+            lambda t, env: {"VOCAB_FILE": str(t / "big_vocab.txt")},
+            "has 100 tokens but the model's vocab_size is 64",
+        ),
+        (
+            lambda t, env: {"INIT_CHECKPOINT": str(t / "no_such_checkpoint")},
+            "no_such_checkpoint does not exist",
+        ),
+        pytest.param(
+            lambda t, env: {"PHASE1_DATA": str(t / "phase2")},
+            "Phase 1 needs seq 128 / 20 predictions",
+            marks=pytest.mark.slow,
+        ),  # reads a record: imports TensorFlow
+    ],
+)
 def test_inputs_are_checked_before_phase_1(workspace, change, message):
     tmp_path, env = workspace
     (tmp_path / "empty" / "training").mkdir(parents=True)

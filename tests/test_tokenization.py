@@ -14,7 +14,6 @@ import unicodedata
 
 import pytest
 
-from bert import tokenization
 from bert.tokenization import (
     FullTokenizer,
     SentencePieceTokenizer,
@@ -23,6 +22,7 @@ from bert.tokenization import (
     check_special_tokens,
     encode_pair,
     load_vocab,
+    truncate_pair_longest_first,
 )
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -239,7 +239,7 @@ def test_parity_with_hf_bert_tokenizer_fast(corpus, vocab_file, do_lower_case):
 
     expected = ref(lines, add_special_tokens=False)["input_ids"]
     got = ours.encode_batch(lines)
-    mismatches = [(l, g, e) for l, g, e in zip(lines, got, expected) if g != e]
+    mismatches = [(line, g, e) for line, g, e in zip(lines, got, expected) if g != e]
     assert not mismatches, f"{len(mismatches)} lines differ, first: {mismatches[0]!r}"
 
     flat = [i for ids in got for i in ids]
@@ -373,6 +373,18 @@ def test_encode_pair_truncates_longer_side_first(uncased):
     out = encode_pair(uncased, "one two three four five six", max_seq_length=5)
     assert out["tokens"] == ["[CLS]", "one", "two", "three", "[SEP]"]
     assert len(out["input_ids"]) == 5 and out["input_mask"] == [1] * 5
+
+
+def test_truncate_pair_longest_first_is_deterministic_from_the_end():
+    a, b = list("abcdef"), list("xy")
+    truncate_pair_longest_first(a, b, 5)
+    assert (a, b) == (list("abc"), list("xy"))
+    a, b = list("abc"), list("xyz")
+    truncate_pair_longest_first(a, b, 4)  # ties cut B first
+    assert (a, b) == (list("ab"), list("xy"))
+    a, b = list("ab"), []
+    truncate_pair_longest_first(a, b, 5)
+    assert (a, b) == (list("ab"), [])
 
 
 def test_encode_pair_rejects_too_short_length(uncased):

