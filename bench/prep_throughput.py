@@ -35,11 +35,9 @@ import argparse
 import dataclasses
 import glob
 import os
-import re
 import shutil
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import time
 from typing import Callable
@@ -47,88 +45,20 @@ from typing import Callable
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from data.corpus import stdlib_text  # noqa: E402  (after the path insert)
+
 SETTINGS = dict(max_seq_length=128, max_predictions_per_seq=20, dupe_factor=5, masked_lm_prob=0.15,
                 random_seed=12345)
 # Google's create_pretraining_data.py on a ~20 MB corpus of this kind, this machine (issue 3).
 REFERENCE = dict(name="google reference (issue 3)", mb=20.0, seconds=161.0, instances_per_s=2040,
                  peak_rss_mb=1680.0)
 
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9])")
-_DOCSTRING = re.compile(r'"""(.*?)"""', re.S)
-_MARKUP = re.compile(r"[`*_|]{1,3}|:[a-z]+:|\.\. [a-z-]+::.*|^\s*[=\-~^#+]{3,}\s*$", re.M)
-
-
-def _paragraphs(text):
-    for block in re.split(r"\n\s*\n", text):
-        lines = [line.strip() for line in block.splitlines()]
-        # Code, tables and lists are not prose: keep blocks that read as sentences.
-        if not lines or any(line.startswith((">>>", "...", "$ ", "|", "+-", "--")) for line in lines):
-            continue
-        paragraph = " ".join(line for line in lines if line)
-        if len(paragraph) >= 40 and paragraph.count(" ") >= 5:
-            yield paragraph
-
-
-def _document(path):
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except (UnicodeDecodeError, OSError):
-        return []
-    if path.endswith(".py"):
-        text = "\n\n".join(m.group(1) for m in _DOCSTRING.finditer(text))
-    text = _MARKUP.sub(" ", text)
-    sentences = []
-    for paragraph in _paragraphs(text):
-        sentences.extend(s.strip() for s in _SENTENCE_END.split(paragraph) if len(s.strip()) > 1)
-    return sentences
-
-
-def _source_files():
-    roots = [sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"]]
-    seen = set()
-    for root in roots:
-        for pattern in ("**/*.py", "**/*.rst", "**/*.txt", "**/*.md"):
-            for path in sorted(glob.glob(os.path.join(root, pattern), recursive=True)):
-                real = os.path.realpath(path)
-                if real not in seen and "/test" not in path:
-                    seen.add(real)
-                    yield path
-
-
-def build_corpus(path, megabytes):
-    """Writes a corpus of about `megabytes` MB (10^6 bytes) to `path` (via a temporary name)."""
-    target = int(megabytes * 1e6)
-    partial = path + ".partial"
-    written = 0
-    with open(partial, "w", encoding="utf-8") as out:
-        documents = []
-        for source in _source_files():
-            sentences = _document(source)
-            if len(sentences) < 2:
-                continue
-            text = "\n".join(sentences) + "\n\n"
-            documents.append(text)
-            out.write(text)
-            written += len(text.encode("utf-8"))
-            if written >= target:
-                break
-        while written < target and documents:  # not enough text installed: repeat it
-            for text in documents:
-                out.write(text)
-                written += len(text.encode("utf-8"))
-                if written >= target:
-                    break
-    os.replace(partial, path)
-    return path
-
-
 def corpus_path(cache_dir, megabytes):
     os.makedirs(cache_dir, exist_ok=True)
     path = os.path.join(cache_dir, f"corpus-{megabytes:g}MB.txt")
     if not os.path.exists(path):
         print(f"building the {megabytes:g} MB corpus at {path} ...", file=sys.stderr, flush=True)
-        build_corpus(path, megabytes)
+        stdlib_text.build_corpus(path, megabytes)
     return path
 
 

@@ -32,14 +32,8 @@
 # by default (`python -m data.paths` prints those paths; data/paths.py defines them).
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-if [[ -n "${BERT_PYTHON:-}" ]]; then
-  PY="$BERT_PYTHON"
-elif [[ -x "$ROOT/.venv/bin/python" ]]; then
-  PY="$ROOT/.venv/bin/python"
-else
-  PY="$(command -v python3 || command -v python)"
-fi
+# shellcheck source=scripts/find_python.sh
+source "$(dirname "${BASH_SOURCE[0]}")/find_python.sh"
 
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}"; }
 die() { echo "data_download.sh: error: $*" >&2; exit 2; }

@@ -5,16 +5,9 @@
 # training/launch_settings.py does the thinking: it resolves NVIDIA's positional arguments, named
 # overrides and presets, validates them (exit 2 with the usage on a bad one), prints the resolved
 # settings and the commands, checks the inputs, and writes a plan of bash arrays that this file runs.
-# Python is resolved as scripts/data_download.sh does: $BERT_PYTHON, else .venv/bin/python, else python3.
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-if [[ -n "${BERT_PYTHON:-}" ]]; then
-  PY="$BERT_PYTHON"
-elif [[ -x "$ROOT/.venv/bin/python" ]]; then
-  PY="$ROOT/.venv/bin/python"
-else
-  PY="$(command -v python3 || command -v python)"
-fi
+# shellcheck source=scripts/find_python.sh
+source "$(dirname "${BASH_SOURCE[0]}")/find_python.sh"
 
 launch_settings() {
   PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m training.launch_settings "$@"
