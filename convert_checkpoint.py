@@ -27,36 +27,49 @@ def define_flags(fv) -> None:
 
     flags.DEFINE_string("input", None, "Checkpoint prefix, directory, or model.safetensors.", flag_values=fv)
     flags.DEFINE_string("output_dir", None, "Folder to write the converted checkpoint to.", flag_values=fv)
-    flags.DEFINE_enum("output_format", None, list(SAVERS),
-                      "trainer: the trainer's checkpoint directory; google: Google's release layout; "
-                      "huggingface: model.safetensors + config.json.", flag_values=fv)
-    flags.DEFINE_string("bert_config_file", None,
-                        "bert_config.json or a Hugging Face config.json (default: the one beside --input).",
-                        flag_values=fv)
-    flags.DEFINE_string("vocab_file", None, "vocab.txt to check against the model and copy along.",
-                        flag_values=fv)
+    flags.DEFINE_enum(
+        "output_format",
+        None,
+        list(SAVERS),
+        "trainer: the trainer's checkpoint directory; google: Google's release layout; "
+        "huggingface: model.safetensors + config.json.",
+        flag_values=fv,
+    )
+    flags.DEFINE_string(
+        "bert_config_file",
+        None,
+        "bert_config.json or a Hugging Face config.json (default: the one beside --input).",
+        flag_values=fv,
+    )
+    flags.DEFINE_string(
+        "vocab_file", None, "vocab.txt to check against the model and copy along.", flag_values=fv
+    )
     flags.DEFINE_bool("encoder_only", False, "Drop the pretraining heads.", flag_values=fv)
 
 
 def run(F) -> int:
     cli.required(F, "input", "output_dir", "output_format")
     if not (os.path.exists(F.input) or os.path.exists(F.input + ".index")):
-        raise UserError(f"--input {F.input} does not exist (give a checkpoint prefix, a directory "
-                        "or a model.safetensors).")
+        raise UserError(
+            f"--input {F.input} does not exist (give a checkpoint prefix, a directory "
+            "or a model.safetensors)."
+        )
     if F.bert_config_file and not os.path.isfile(F.bert_config_file):
         raise UserError(f"--bert_config_file {F.bert_config_file} does not exist.")
     config = find_config(F.input, F.bert_config_file)
     if config is None:
         raise UserError(f"No bert_config.json or config.json beside {F.input}; pass --bert_config_file.")
-    written = convert_checkpoint(F.input, F.output_dir, F.output_format, config,
-                                 vocab_file=F.vocab_file, encoder_only=F.encoder_only)
+    written = convert_checkpoint(
+        F.input, F.output_dir, F.output_format, config, vocab_file=F.vocab_file, encoder_only=F.encoder_only
+    )
     print(f"{PROG}: wrote {F.output_format} checkpoint {written}")
     return 0
 
 
 def main(argv=None) -> int:
-    return cli.main(define_flags, run, [PROG, *(sys.argv[1:] if argv is None else argv)],
-                    doc=__doc__, prog=PROG)
+    return cli.main(
+        define_flags, run, [PROG, *(sys.argv[1:] if argv is None else argv)], doc=__doc__, prog=PROG
+    )
 
 
 if __name__ == "__main__":

@@ -27,27 +27,50 @@ PROG = "create_pretraining_data"
 def define_flags(fv) -> None:
     from absl import flags
 
-    flags.DEFINE_string("input_file", None, "Input raw text file (or comma-separated list of files / globs).",
-                        flag_values=fv)
-    flags.DEFINE_string("output_file", None, "Output TF example file (or comma-separated list of files).",
-                        flag_values=fv)
-    flags.DEFINE_string("vocab_file", None, "The vocabulary file that the BERT model was trained on.",
-                        flag_values=fv)
-    flags.DEFINE_string("spm_model_file", None, "A SentencePiece model, instead of --vocab_file.", flag_values=fv)
+    flags.DEFINE_string(
+        "input_file", None, "Input raw text file (or comma-separated list of files / globs).", flag_values=fv
+    )
+    flags.DEFINE_string(
+        "output_file", None, "Output TF example file (or comma-separated list of files).", flag_values=fv
+    )
+    flags.DEFINE_string(
+        "vocab_file", None, "The vocabulary file that the BERT model was trained on.", flag_values=fv
+    )
+    flags.DEFINE_string(
+        "spm_model_file", None, "A SentencePiece model, instead of --vocab_file.", flag_values=fv
+    )
     flags.DEFINE_bool("do_lower_case", True, "Whether to lower case the input text.", flag_values=fv)
-    flags.DEFINE_bool("do_whole_word_mask", False, "Whether to use whole word masking rather than "
-                      "per-WordPiece masking.", flag_values=fv)
+    flags.DEFINE_bool(
+        "do_whole_word_mask",
+        False,
+        "Whether to use whole word masking rather than per-WordPiece masking.",
+        flag_values=fv,
+    )
     flags.DEFINE_integer("max_seq_length", 128, "Maximum sequence length.", flag_values=fv)
-    flags.DEFINE_integer("max_predictions_per_seq", 20, "Maximum number of masked LM predictions per sequence.",
-                         flag_values=fv)
+    flags.DEFINE_integer(
+        "max_predictions_per_seq", 20, "Maximum number of masked LM predictions per sequence.", flag_values=fv
+    )
     flags.DEFINE_integer("random_seed", 12345, "Random seed for data generation.", flag_values=fv)
-    flags.DEFINE_integer("dupe_factor", 10, "Number of times to duplicate the input data (with different "
-                         "masks).", flag_values=fv)
+    flags.DEFINE_integer(
+        "dupe_factor",
+        10,
+        "Number of times to duplicate the input data (with different masks).",
+        flag_values=fv,
+    )
     flags.DEFINE_float("masked_lm_prob", 0.15, "Masked LM probability.", flag_values=fv)
-    flags.DEFINE_float("short_seq_prob", 0.1, "Probability of creating sequences which are shorter than the "
-                       "maximum length.", flag_values=fv)
-    flags.DEFINE_enum("engine", "auto", ["auto", "native", "python"],
-                      "auto: C when a compiler is available, else Python (same output).", flag_values=fv)
+    flags.DEFINE_float(
+        "short_seq_prob",
+        0.1,
+        "Probability of creating sequences which are shorter than the maximum length.",
+        flag_values=fv,
+    )
+    flags.DEFINE_enum(
+        "engine",
+        "auto",
+        ["auto", "native", "python"],
+        "auto: C when a compiler is available, else Python (same output).",
+        flag_values=fv,
+    )
 
 
 def _log(message: str) -> None:
@@ -64,16 +87,27 @@ def run(F) -> int:
     try:
         input_files = expand_globs(F.input_file, "input files", "--input_file")
         output_files = [p.strip() for p in F.output_file.split(",") if p.strip()]
-        tokenizer = build_tokenizer(vocab_file=F.vocab_file, spm_model_file=F.spm_model_file,
-                                    do_lower_case=F.do_lower_case)
+        tokenizer = build_tokenizer(
+            vocab_file=F.vocab_file, spm_model_file=F.spm_model_file, do_lower_case=F.do_lower_case
+        )
         _log(f"{len(input_files)} input file(s) -> {len(output_files)} output file(s)")
         total = sum(os.path.getsize(p) for p in input_files)
         with Progress(PROG, total, log_interval=2.0) as progress:
             stats = create_training_files(
-                input_files, output_files, tokenizer, max_seq_length=F.max_seq_length,
-                max_predictions_per_seq=F.max_predictions_per_seq, masked_lm_prob=F.masked_lm_prob,
-                short_seq_prob=F.short_seq_prob, dupe_factor=F.dupe_factor, random_seed=F.random_seed,
-                do_whole_word_mask=F.do_whole_word_mask, progress=progress, log=_log, engine=F.engine)
+                input_files,
+                output_files,
+                tokenizer,
+                max_seq_length=F.max_seq_length,
+                max_predictions_per_seq=F.max_predictions_per_seq,
+                masked_lm_prob=F.masked_lm_prob,
+                short_seq_prob=F.short_seq_prob,
+                dupe_factor=F.dupe_factor,
+                random_seed=F.random_seed,
+                do_whole_word_mask=F.do_whole_word_mask,
+                progress=progress,
+                log=_log,
+                engine=F.engine,
+            )
     except (UserError, OSError, ValueError, RuntimeError, KeyError) as e:
         # Google's script exits 1 when the work fails; 2 stays for flag errors.
         message = e.args[0] if isinstance(e, KeyError) and e.args else e
@@ -81,15 +115,19 @@ def run(F) -> int:
         return 1
     if stats["instances"] == 0:
         _log("warning: no instances: the input holds no non-empty document.")
-    print(f"{PROG}: {stats['documents']:,} documents, {stats['sentences']:,} sentences, "
-          f"{stats['tokens']:,} tokens, {stats['instances']:,} instances, "
-          f"{stats['masked_tokens']:,} masked tokens, {stats['invalid_utf8_lines']:,} lines with "
-          f"invalid UTF-8 replaced, {stats['seconds']:.1f} s")
+    print(
+        f"{PROG}: {stats['documents']:,} documents, {stats['sentences']:,} sentences, "
+        f"{stats['tokens']:,} tokens, {stats['instances']:,} instances, "
+        f"{stats['masked_tokens']:,} masked tokens, {stats['invalid_utf8_lines']:,} lines with "
+        f"invalid UTF-8 replaced, {stats['seconds']:.1f} s"
+    )
     return 0
 
 
 def main(argv=None) -> int:
-    return cli.main(define_flags, run, [PROG, *(sys.argv[1:] if argv is None else argv)], doc=__doc__, prog=PROG)
+    return cli.main(
+        define_flags, run, [PROG, *(sys.argv[1:] if argv is None else argv)], doc=__doc__, prog=PROG
+    )
 
 
 if __name__ == "__main__":

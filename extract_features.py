@@ -44,10 +44,13 @@ PROG = "extract_features"
 # --precision -> (Keras dtype policy, whether float32 matmuls may use TF32 on Ampere+ GPUs).
 # TF enables TF32 by default; "float32" turns it off so the values are float32-accurate.
 PRECISIONS = {
-    "float32": ("float32", False), "fp32": ("float32", False),
+    "float32": ("float32", False),
+    "fp32": ("float32", False),
     "tf32": ("float32", True),
-    "float16": ("mixed_float16", False), "fp16": ("mixed_float16", False),
-    "bfloat16": ("mixed_bfloat16", False), "bf16": ("mixed_bfloat16", False),
+    "float16": ("mixed_float16", False),
+    "fp16": ("mixed_float16", False),
+    "bfloat16": ("mixed_bfloat16", False),
+    "bf16": ("mixed_bfloat16", False),
 }
 
 # Google's pair separator: greedy, so "a ||| b ||| c" is the pair ("a ||| b", "c").
@@ -61,29 +64,53 @@ def define_flags(fv) -> None:
     """Google's flags (plus --spm_model_file, --precision)."""
     from absl import flags
 
-    flags.DEFINE_string("input_file", None, "Text file, one example per line; 'A ||| B' is a pair.", flag_values=fv)
+    flags.DEFINE_string(
+        "input_file", None, "Text file, one example per line; 'A ||| B' is a pair.", flag_values=fv
+    )
     flags.DEFINE_string("output_file", None, "JSON-lines output, one object per input line.", flag_values=fv)
-    flags.DEFINE_string("init_checkpoint", None,
-                        "Google TF1 checkpoint (prefix or directory), a trainer checkpoint directory, or a "
-                        "Hugging Face directory with model.safetensors.", flag_values=fv)
-    flags.DEFINE_string("bert_config_file", None,
-                        "bert_config.json (or a Hugging Face config.json); default: the one beside "
-                        "--init_checkpoint.", flag_values=fv)
-    flags.DEFINE_string("vocab_file", None,
-                        "WordPiece vocab.txt; default: vocab.txt beside --init_checkpoint unless "
-                        "--spm_model_file is given.", flag_values=fv)
-    flags.DEFINE_string("spm_model_file", None, "SentencePiece model, instead of --vocab_file.", flag_values=fv)
-    flags.DEFINE_string("layers", "-1,-2,-3,-4",
-                        "Comma-separated layer indexes: -1 is the last layer, 0 the first.", flag_values=fv)
-    flags.DEFINE_integer("max_seq_length", 128,
-                         "Maximum tokens per example, [CLS]/[SEP] included; longer lines are "
-                         "truncated.", flag_values=fv)
+    flags.DEFINE_string(
+        "init_checkpoint",
+        None,
+        "Google TF1 checkpoint (prefix or directory), a trainer checkpoint directory, or a "
+        "Hugging Face directory with model.safetensors.",
+        flag_values=fv,
+    )
+    flags.DEFINE_string(
+        "bert_config_file",
+        None,
+        "bert_config.json (or a Hugging Face config.json); default: the one beside --init_checkpoint.",
+        flag_values=fv,
+    )
+    flags.DEFINE_string(
+        "vocab_file",
+        None,
+        "WordPiece vocab.txt; default: vocab.txt beside --init_checkpoint unless --spm_model_file is given.",
+        flag_values=fv,
+    )
+    flags.DEFINE_string(
+        "spm_model_file", None, "SentencePiece model, instead of --vocab_file.", flag_values=fv
+    )
+    flags.DEFINE_string(
+        "layers",
+        "-1,-2,-3,-4",
+        "Comma-separated layer indexes: -1 is the last layer, 0 the first.",
+        flag_values=fv,
+    )
+    flags.DEFINE_integer(
+        "max_seq_length",
+        128,
+        "Maximum tokens per example, [CLS]/[SEP] included; longer lines are truncated.",
+        flag_values=fv,
+    )
     flags.DEFINE_integer("batch_size", 32, "Examples per inference batch.", flag_values=fv)
     flags.DEFINE_bool("do_lower_case", True, "Lower-case the input (uncased models).", flag_values=fv)
-    flags.DEFINE_enum("precision", "float32", list(PRECISIONS), "Compute precision of the encoder.", flag_values=fv)
+    flags.DEFINE_enum(
+        "precision", "float32", list(PRECISIONS), "Compute precision of the encoder.", flag_values=fv
+    )
 
 
 # --- input ---------------------------------------------------------------------------------------
+
 
 def count_lines(input_file: str) -> int:
     """Examples in `input_file`: its '\\n'-terminated lines plus a final unterminated one."""
@@ -104,8 +131,9 @@ def read_examples(input_file: str):
                 line = raw.decode("utf-8").strip()
             except UnicodeDecodeError as err:
                 # Google decodes with errors="ignore"; silently dropping text is worse than a stop.
-                raise ValueError(f"{input_file} line {line_number} is not UTF-8 text "
-                                 f"({err.reason}).") from None
+                raise ValueError(
+                    f"{input_file} line {line_number} is not UTF-8 text ({err.reason})."
+                ) from None
             match = _PAIR.match(line)
             yield (line, None) if match is None else (match.group(1), match.group(2))
 
@@ -115,16 +143,18 @@ def parse_layers(spec: str, num_layers: int) -> list[int]:
     try:
         indexes = [int(part) for part in spec.split(",")]
     except ValueError:
-        raise UserError(f"--layers={spec!r} must be comma-separated integers such as "
-                             "-1,-2,-3,-4.") from None
+        raise UserError(f"--layers={spec!r} must be comma-separated integers such as -1,-2,-3,-4.") from None
     for index in indexes:
         if not -num_layers <= index < num_layers:
-            raise UserError(f"--layers index {index} is out of range for a model with "
-                                 f"{num_layers} layers (use -{num_layers}..{num_layers - 1}).")
+            raise UserError(
+                f"--layers index {index} is out of range for a model with "
+                f"{num_layers} layers (use -{num_layers}..{num_layers - 1})."
+            )
     return indexes
 
 
 # --- model ---------------------------------------------------------------------------------------
+
 
 def build_layer_fn(encoder, positions: list[int]):
     """A tf.function: {input_ids, input_mask, segment_ids} int32 [B, S] -> float32
@@ -145,14 +175,17 @@ def build_layer_fn(encoder, positions: list[int]):
 
 # --- extraction ----------------------------------------------------------------------------------
 
+
 def _batches(examples, tokenizer, max_seq_length, batch_size):
     """Yields (token lists, {input_ids, input_mask, segment_ids} int32 [B, S])."""
     from bert.tokenization import encode_pair
 
     def pack(encoded):
         seq = max(len(e["tokens"]) for e in encoded)
-        arrays = {k: np.asarray([e[k][:seq] for e in encoded], np.int32)
-                  for k in ("input_ids", "input_mask", "segment_ids")}
+        arrays = {
+            k: np.asarray([e[k][:seq] for e in encoded], np.int32)
+            for k in ("input_ids", "input_mask", "segment_ids")
+        }
         return [e["tokens"] for e in encoded], arrays
 
     encoded = []
@@ -176,20 +209,34 @@ def round6(values: np.ndarray) -> np.ndarray:
     return np.round(np.asarray(values, np.float32).astype(np.float64), 6)
 
 
-def format_example(index: int, tokens: list[str], layer_values: np.ndarray,
-                   layer_indexes: list[int], slots: list[int]) -> str:
+def format_example(
+    index: int, tokens: list[str], layer_values: np.ndarray, layer_indexes: list[int], slots: list[int]
+) -> str:
     """One output line. layer_values: float32 [len(positions), S, D]; slots[j] is the row of
     layer_indexes[j] in it."""
-    rows = round6(layer_values[:, :len(tokens), :]).tolist()  # one [S][D] list per slot, S = len(tokens)
-    features = [{"token": token,
-                 "layers": [{"index": layer_index, "values": rows[slot][t]}
-                            for layer_index, slot in zip(layer_indexes, slots)]}
-                for t, token in enumerate(tokens)]
+    rows = round6(layer_values[:, : len(tokens), :]).tolist()  # one [S][D] list per slot, S = len(tokens)
+    features = [
+        {
+            "token": token,
+            "layers": [
+                {"index": layer_index, "values": rows[slot][t]}
+                for layer_index, slot in zip(layer_indexes, slots)
+            ],
+        }
+        for t, token in enumerate(tokens)
+    ]
     return json.dumps({"linex_index": index, "features": features}) + "\n"
 
 
-def extract(layer_fn, tokenizer, examples, layer_indexes: list[int], slots: list[int],
-            max_seq_length: int, batch_size: int):
+def extract(
+    layer_fn,
+    tokenizer,
+    examples,
+    layer_indexes: list[int],
+    slots: list[int],
+    max_seq_length: int,
+    batch_size: int,
+):
     """Yields one JSON line per (text_a, text_b) example, in order.
 
     layer_fn: {input_ids, input_mask, segment_ids} [B, S] -> [B, len(positions), S, D]
@@ -220,9 +267,21 @@ def _format_batch(first_index, tokens, future, layer_indexes, slots):
         yield format_example(first_index + b, example_tokens, values[b], layer_indexes, slots)
 
 
-def run(input_file: str, output_file: str, init_checkpoint: str, *, bert_config_file=None,
-        vocab_file=None, spm_model_file=None, layers="-1,-2,-3,-4", max_seq_length=128,
-        batch_size=32, do_lower_case=True, precision="float32", log=None) -> int:
+def run(
+    input_file: str,
+    output_file: str,
+    init_checkpoint: str,
+    *,
+    bert_config_file=None,
+    vocab_file=None,
+    spm_model_file=None,
+    layers="-1,-2,-3,-4",
+    max_seq_length=128,
+    batch_size=32,
+    do_lower_case=True,
+    precision="float32",
+    log=None,
+) -> int:
     """Writes the features of every line of `input_file` to `output_file`; returns the count.
 
     Every check a user can fail (paths, config, vocab, layers) runs before TensorFlow is
@@ -255,23 +314,26 @@ def run(input_file: str, output_file: str, init_checkpoint: str, *, bert_config_
 
     config = find_config(init_checkpoint, bert_config_file)
     if config is None:
-        raise UserError(f"No bert_config.json or config.json beside {init_checkpoint}; pass "
-                        "--bert_config_file.")
+        raise UserError(
+            f"No bert_config.json or config.json beside {init_checkpoint}; pass --bert_config_file."
+        )
     layer_indexes = parse_layers(layers, config.num_hidden_layers)
     if not 2 <= max_seq_length <= config.max_position_embeddings:
-        raise UserError(f"--max_seq_length={max_seq_length} must lie in 2.."
-                        f"{config.max_position_embeddings} (max_position_embeddings).")
+        raise UserError(
+            f"--max_seq_length={max_seq_length} must lie in 2.."
+            f"{config.max_position_embeddings} (max_position_embeddings)."
+        )
     if not vocab_file and not spm_model_file:
         vocab_file = vocab_beside(init_checkpoint)
         if vocab_file is None:
-            raise UserError(f"No vocab.txt beside {init_checkpoint}; pass --vocab_file or "
-                            "--spm_model_file.")
+            raise UserError(f"No vocab.txt beside {init_checkpoint}; pass --vocab_file or --spm_model_file.")
 
     from bert.checkpoints import check_vocab_size, load_weights
     from bert.tokenization import build_tokenizer
 
-    tokenizer = build_tokenizer(vocab_file=vocab_file or None,
-                                spm_model_file=spm_model_file or None, do_lower_case=do_lower_case)
+    tokenizer = build_tokenizer(
+        vocab_file=vocab_file or None, spm_model_file=spm_model_file or None, do_lower_case=do_lower_case
+    )
     check_vocab_size(config, tokenizer.vocab_size, vocab_file or spm_model_file)
 
     import tensorflow as tf
@@ -289,14 +351,25 @@ def run(input_file: str, output_file: str, init_checkpoint: str, *, bert_config_
     layer_fn = build_layer_fn(encoder, positions)
 
     total = count_lines(input_file)
-    print(f"{PROG}: {total} lines from {input_file}; {config.num_hidden_layers} layers "
-          f"x {config.hidden_size}; layers {','.join(map(str, layer_indexes))}; precision "
-          f"{precision}; checkpoint {init_checkpoint}", file=log, flush=True)
+    print(
+        f"{PROG}: {total} lines from {input_file}; {config.num_hidden_layers} layers "
+        f"x {config.hidden_size}; layers {','.join(map(str, layer_indexes))}; precision "
+        f"{precision}; checkpoint {init_checkpoint}",
+        file=log,
+        flush=True,
+    )
     done = 0
     with Progress(PROG, total, unit="lines", stream=log, log_interval=_PROGRESS_EVERY_S) as progress:
         with atomic_write(output_file) as writer:
-            lines = extract(layer_fn, tokenizer, read_examples(input_file), layer_indexes, slots,
-                            max_seq_length, batch_size)
+            lines = extract(
+                layer_fn,
+                tokenizer,
+                read_examples(input_file),
+                layer_indexes,
+                slots,
+                max_seq_length,
+                batch_size,
+            )
             for line in lines:
                 writer.write(line)
                 done += 1
@@ -307,18 +380,28 @@ def run(input_file: str, output_file: str, init_checkpoint: str, *, bert_config_
 def run_flags(F) -> int:
     """The command line: flags -> run()."""
     try:
-        run(F.input_file, F.output_file, F.init_checkpoint, bert_config_file=F.bert_config_file,
-            vocab_file=F.vocab_file, spm_model_file=F.spm_model_file, layers=F.layers,
-            max_seq_length=F.max_seq_length, batch_size=F.batch_size, do_lower_case=F.do_lower_case,
-            precision=F.precision)
+        run(
+            F.input_file,
+            F.output_file,
+            F.init_checkpoint,
+            bert_config_file=F.bert_config_file,
+            vocab_file=F.vocab_file,
+            spm_model_file=F.spm_model_file,
+            layers=F.layers,
+            max_seq_length=F.max_seq_length,
+            batch_size=F.batch_size,
+            do_lower_case=F.do_lower_case,
+            precision=F.precision,
+        )
     except (OSError, ValueError) as err:  # an input line that is not UTF-8, an unwritable output
         raise UserError(str(err)) from None
     return 0
 
 
 def main(argv=None) -> int:
-    return cli.main(define_flags, run_flags, [PROG, *(sys.argv[1:] if argv is None else argv)],
-                    doc=__doc__, prog=PROG)
+    return cli.main(
+        define_flags, run_flags, [PROG, *(sys.argv[1:] if argv is None else argv)], doc=__doc__, prog=PROG
+    )
 
 
 if __name__ == "__main__":

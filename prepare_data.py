@@ -39,66 +39,119 @@ def define_flags(fv) -> None:
     from absl import flags
 
     flags.DEFINE_enum("action", None, ACTIONS, "The stage to run.", flag_values=fv)
-    flags.DEFINE_string("dataset", paths.DEFAULT_DATASET,
-                        "wikicorpus_en, squad, glue, google_pretrained_weights, python_docs (download), or "
-                        "any name for your own corpus (formatting onwards).", flag_values=fv)
-    flags.DEFINE_float("corpus_mb", 8.0, "download --dataset python_docs: megabytes of text to build from the "
-                                         "installed Python's documentation and docstrings (offline).",
-                       flag_values=fv)
-    flags.DEFINE_string("data_dir", None, f"Root of all data (default ${paths.DATA_DIR_ENV} or "
-                                          f"{paths.DEFAULT_DATA_DIR}).", flag_values=fv)
-    flags.DEFINE_string("input_files", None,
-                        "Comma-separated inputs: raw corpora (text_formatting) or formatted files "
-                        "(sharding); default: the dataset's files under --data_dir.", flag_values=fv)
-    flags.DEFINE_enum("input_format", "auto", ["auto", "wikipedia", "text", "jsonl"],
-                      "Corpus format (auto: from the file name).", flag_values=fv)
+    flags.DEFINE_string(
+        "dataset",
+        paths.DEFAULT_DATASET,
+        "wikicorpus_en, squad, glue, google_pretrained_weights, python_docs (download), or "
+        "any name for your own corpus (formatting onwards).",
+        flag_values=fv,
+    )
+    flags.DEFINE_float(
+        "corpus_mb",
+        8.0,
+        "download --dataset python_docs: megabytes of text to build from the "
+        "installed Python's documentation and docstrings (offline).",
+        flag_values=fv,
+    )
+    flags.DEFINE_string(
+        "data_dir",
+        None,
+        f"Root of all data (default ${paths.DATA_DIR_ENV} or {paths.DEFAULT_DATA_DIR}).",
+        flag_values=fv,
+    )
+    flags.DEFINE_string(
+        "input_files",
+        None,
+        "Comma-separated inputs: raw corpora (text_formatting) or formatted files "
+        "(sharding); default: the dataset's files under --data_dir.",
+        flag_values=fv,
+    )
+    flags.DEFINE_enum(
+        "input_format",
+        "auto",
+        ["auto", "wikipedia", "text", "jsonl"],
+        "Corpus format (auto: from the file name).",
+        flag_values=fv,
+    )
     flags.DEFINE_string("text_key", "text", "JSONL field holding the document.", flag_values=fv)
-    flags.DEFINE_bool("one_document_per_line", False,
-                      "Plain text: every line is a document (default: blank lines separate documents).",
-                      flag_values=fv)
-    flags.DEFINE_integer("n_training_shards", paths.DEFAULT_TRAINING_SHARDS, "Training shards.",
-                         flag_values=fv)
+    flags.DEFINE_bool(
+        "one_document_per_line",
+        False,
+        "Plain text: every line is a document (default: blank lines separate documents).",
+        flag_values=fv,
+    )
+    flags.DEFINE_integer(
+        "n_training_shards", paths.DEFAULT_TRAINING_SHARDS, "Training shards.", flag_values=fv
+    )
     flags.DEFINE_integer("n_test_shards", paths.DEFAULT_TEST_SHARDS, "Test shards.", flag_values=fv)
-    flags.DEFINE_float("fraction_test_set", paths.DEFAULT_FRACTION_TEST, "Fraction of documents held out.",
-                       flag_values=fv)
-    flags.DEFINE_integer("max_sentence_chars", 2048, "Sentences longer than this are cut at spaces "
-                                                     "(counted).", flag_values=fv)
+    flags.DEFINE_float(
+        "fraction_test_set", paths.DEFAULT_FRACTION_TEST, "Fraction of documents held out.", flag_values=fv
+    )
+    flags.DEFINE_integer(
+        "max_sentence_chars", 2048, "Sentences longer than this are cut at spaces (counted).", flag_values=fv
+    )
     flags.DEFINE_string("vocab_file", None, "An existing WordPiece vocab.txt.", flag_values=fv)
     flags.DEFINE_string("spm_model_file", None, "An existing SentencePiece model.", flag_values=fv)
-    flags.DEFINE_enum("vocab_type", "wordpiece", ["wordpiece", "sentencepiece"], "Vocabulary to train.",
-                      flag_values=fv)
+    flags.DEFINE_enum(
+        "vocab_type", "wordpiece", ["wordpiece", "sentencepiece"], "Vocabulary to train.", flag_values=fv
+    )
     flags.DEFINE_integer("vocab_size", 30522, "Size of a trained vocabulary.", flag_values=fv)
-    flags.DEFINE_integer("vocab_min_frequency", 2, "WordPiece training: minimum pair frequency.",
-                         flag_values=fv)
+    flags.DEFINE_integer(
+        "vocab_min_frequency", 2, "WordPiece training: minimum pair frequency.", flag_values=fv
+    )
     flags.DEFINE_integer("unused_tokens", 0, "[unusedN] slots after the specials.", flag_values=fv)
     flags.DEFINE_bool("do_lower_case", True, "Lower-case (uncased models).", flag_values=fv)
-    flags.DEFINE_integer("max_seq_length", paths.PHASE1["max_seq_length"], "Sequence length.",
-                         flag_values=fv)
-    flags.DEFINE_integer("max_predictions_per_seq", paths.PHASE1["max_predictions_per_seq"],
-                         "Masked positions per sequence.", flag_values=fv)
-    flags.DEFINE_float("masked_lm_prob", paths.DEFAULT_TFRECORD_PARAMS["masked_lm_prob"],
-                       "Masked LM probability.", flag_values=fv)
+    flags.DEFINE_integer("max_seq_length", paths.PHASE1["max_seq_length"], "Sequence length.", flag_values=fv)
+    flags.DEFINE_integer(
+        "max_predictions_per_seq",
+        paths.PHASE1["max_predictions_per_seq"],
+        "Masked positions per sequence.",
+        flag_values=fv,
+    )
+    flags.DEFINE_float(
+        "masked_lm_prob",
+        paths.DEFAULT_TFRECORD_PARAMS["masked_lm_prob"],
+        "Masked LM probability.",
+        flag_values=fv,
+    )
     flags.DEFINE_float("short_seq_prob", 0.1, "Probability of a shorter target length.", flag_values=fv)
-    flags.DEFINE_integer("random_seed", paths.DEFAULT_TFRECORD_PARAMS["random_seed"], "Seed.",
-                         flag_values=fv)
-    flags.DEFINE_integer("dupe_factor", paths.DEFAULT_TFRECORD_PARAMS["dupe_factor"],
-                         "Copies of the data with different masks.", flag_values=fv)
+    flags.DEFINE_integer("random_seed", paths.DEFAULT_TFRECORD_PARAMS["random_seed"], "Seed.", flag_values=fv)
+    flags.DEFINE_integer(
+        "dupe_factor",
+        paths.DEFAULT_TFRECORD_PARAMS["dupe_factor"],
+        "Copies of the data with different masks.",
+        flag_values=fv,
+    )
     flags.DEFINE_bool("do_whole_word_mask", False, "Whole-word masking.", flag_values=fv)
-    flags.DEFINE_string("output_dir", None, "create_tfrecord_files: override the output directory named "
-                                            "from the parameters.", flag_values=fv)
-    flags.DEFINE_integer("n_processes", None, "Worker processes (default: all cores; per MPI rank: "
-                                              "cores / ranks on the node).", flag_values=fv)
-    flags.DEFINE_enum("verify", "sha256", ["sha256", "size"], "How a re-run checks existing outputs.",
-                      flag_values=fv)
+    flags.DEFINE_string(
+        "output_dir",
+        None,
+        "create_tfrecord_files: override the output directory named from the parameters.",
+        flag_values=fv,
+    )
+    flags.DEFINE_integer(
+        "n_processes",
+        None,
+        "Worker processes (default: all cores; per MPI rank: cores / ranks on the node).",
+        flag_values=fv,
+    )
+    flags.DEFINE_enum(
+        "verify", "sha256", ["sha256", "size"], "How a re-run checks existing outputs.", flag_values=fv
+    )
     flags.DEFINE_string("glue_tasks", "all", "Comma-separated GLUE tasks, or all.", flag_values=fv)
     flags.DEFINE_string("wiki_dump", "latest", "Wikipedia dump date (YYYYMMDD) or latest.", flag_values=fv)
-    flags.DEFINE_string("google_models", "uncased_L-12_H-768_A-12", "Google checkpoints to download.",
-                        flag_values=fv)
+    flags.DEFINE_string(
+        "google_models", "uncased_L-12_H-768_A-12", "Google checkpoints to download.", flag_values=fv
+    )
     flags.DEFINE_string("mirror", None, "download: replace the scheme and host of every URL.", flag_values=fv)
     flags.DEFINE_integer("retries", 5, "Download retries.", flag_values=fv)
     flags.DEFINE_float("timeout", 60.0, "Download timeout in seconds.", flag_values=fv)
-    flags.DEFINE_bool("progress", True, "Progress bar on a terminal / periodic lines in logs "
-                                        "(--noprogress or --no_progress turns it off).", flag_values=fv)
+    flags.DEFINE_bool(
+        "progress",
+        True,
+        "Progress bar on a terminal / periodic lines in logs (--noprogress or --no_progress turns it off).",
+        flag_values=fv,
+    )
     flags.mark_flag_as_required("action", flag_values=fv)
 
 
@@ -113,8 +166,10 @@ def _default_vocab(F, root):
         path = os.path.join(directory, name)
         if os.path.isfile(path):
             return (None, path) if is_spm else (path, None)
-    raise UserError(f"No vocabulary: pass --vocab_file (e.g. Google's vocab.txt) or --spm_model_file, or "
-                    f"run --action vocab --dataset {F.dataset} to train one into {directory}.")
+    raise UserError(
+        f"No vocabulary: pass --vocab_file (e.g. Google's vocab.txt) or --spm_model_file, or "
+        f"run --action vocab --dataset {F.dataset} to train one into {directory}."
+    )
 
 
 def run(F, environ) -> dict:
@@ -128,8 +183,10 @@ def run(F, environ) -> dict:
     n_processes = F.n_processes or max(1, (os.cpu_count() or 1) // local_size)
     progress_factory = None
     if F.progress:
+
         def progress_factory(desc, total):
             return Progress(desc, total)
+
     inputs = [p for p in (F.input_files or "").split(",") if p]
     shard_dir = paths.sharded_dir(root, F.dataset, F.n_training_shards, F.n_test_shards, F.fraction_test_set)
     action = F.action
@@ -159,8 +216,15 @@ def run(F, environ) -> dict:
             options["wiki_dump"] = F.wiki_dump
         elif F.dataset == "google_pretrained_weights":
             options["google_models"] = tuple(F.google_models.split(","))
-        return download.download_dataset(F.dataset, root, mirror=F.mirror, timeout=F.timeout,
-                                         retries=F.retries, progress_factory=progress_factory, **options)
+        return download.download_dataset(
+            F.dataset,
+            root,
+            mirror=F.mirror,
+            timeout=F.timeout,
+            retries=F.retries,
+            progress_factory=progress_factory,
+            **options,
+        )
 
     if action == "text_formatting":
         from data.corpus import text_formatting
@@ -169,22 +233,37 @@ def run(F, environ) -> dict:
             inputs = [paths.python_docs_file(root)]
         if not inputs:
             if F.dataset != "wikicorpus_en":
-                raise UserError(f"Pass --input_files for dataset {F.dataset!r} (plain text, JSONL or a "
-                                f"MediaWiki XML dump).")
+                raise UserError(
+                    f"Pass --input_files for dataset {F.dataset!r} (plain text, JSONL or a "
+                    f"MediaWiki XML dump)."
+                )
             inputs = [os.path.join(paths.download_dir(root, "wikicorpus_en"), "wikicorpus_en.xml.bz2")]
         return text_formatting.format_corpus(
-            inputs, paths.formatted_file(root, F.dataset), input_format=F.input_format,
-            n_processes=n_processes, text_key=F.text_key, one_document_per_line=F.one_document_per_line,
-            progress_factory=progress_factory, verify=F.verify)
+            inputs,
+            paths.formatted_file(root, F.dataset),
+            input_format=F.input_format,
+            n_processes=n_processes,
+            text_key=F.text_key,
+            one_document_per_line=F.one_document_per_line,
+            progress_factory=progress_factory,
+            verify=F.verify,
+        )
 
     if action == "sharding":
         from data.corpus import sharding
 
         return sharding.shard_corpus(
-            inputs or [paths.formatted_file(root, F.dataset)], shard_dir, F.dataset,
-            n_training_shards=F.n_training_shards, n_test_shards=F.n_test_shards,
-            fraction_test=F.fraction_test_set, n_processes=n_processes,
-            max_sentence_chars=F.max_sentence_chars, progress_factory=progress_factory, verify=F.verify)
+            inputs or [paths.formatted_file(root, F.dataset)],
+            shard_dir,
+            F.dataset,
+            n_training_shards=F.n_training_shards,
+            n_test_shards=F.n_test_shards,
+            fraction_test=F.fraction_test_set,
+            n_processes=n_processes,
+            max_sentence_chars=F.max_sentence_chars,
+            progress_factory=progress_factory,
+            verify=F.verify,
+        )
 
     if action == "vocab":
         from data.corpus import vocab
@@ -192,8 +271,11 @@ def run(F, environ) -> dict:
         if F.vocab_file or F.spm_model_file:
             if F.spm_model_file:
                 from bert.tokenization import build_tokenizer
+
                 try:
-                    tokenizer = build_tokenizer(spm_model_file=F.spm_model_file, do_lower_case=F.do_lower_case)
+                    tokenizer = build_tokenizer(
+                        spm_model_file=F.spm_model_file, do_lower_case=F.do_lower_case
+                    )
                 except (FileNotFoundError, ValueError) as e:
                     raise UserError(str(e)) from None
                 return {"spm_model_file": F.spm_model_file, "size": tokenizer.vocab_size}
@@ -205,29 +287,56 @@ def run(F, environ) -> dict:
 
         training = sorted(glob.glob(os.path.join(shard_dir, "training", "*.txt")))
         if not training:
-            raise UserError(f"No training shards in {shard_dir}; run --action sharding first (with the "
-                            f"same shard settings).")
-        return vocab.build_vocab(training, paths.vocab_dir(root, F.dataset), kind=F.vocab_type,
-                                 vocab_size=F.vocab_size, do_lower_case=F.do_lower_case,
-                                 min_frequency=F.vocab_min_frequency, unused_tokens=F.unused_tokens,
-                                 verify=F.verify)
+            raise UserError(
+                f"No training shards in {shard_dir}; run --action sharding first (with the "
+                f"same shard settings)."
+            )
+        return vocab.build_vocab(
+            training,
+            paths.vocab_dir(root, F.dataset),
+            kind=F.vocab_type,
+            vocab_size=F.vocab_size,
+            do_lower_case=F.do_lower_case,
+            min_frequency=F.vocab_min_frequency,
+            unused_tokens=F.unused_tokens,
+            verify=F.verify,
+        )
 
     from data.pretraining.stage import create_tfrecord_files
 
     vocab_file, spm_model_file = _default_vocab(F, root)
     output_dir = F.output_dir or paths.tfrecord_dir(
-        root, F.dataset, do_lower_case=F.do_lower_case, max_seq_length=F.max_seq_length,
-        max_predictions_per_seq=F.max_predictions_per_seq, masked_lm_prob=F.masked_lm_prob,
-        random_seed=F.random_seed, dupe_factor=F.dupe_factor,
-        n_training_shards=F.n_training_shards, fraction_test=F.fraction_test_set)
+        root,
+        F.dataset,
+        do_lower_case=F.do_lower_case,
+        max_seq_length=F.max_seq_length,
+        max_predictions_per_seq=F.max_predictions_per_seq,
+        masked_lm_prob=F.masked_lm_prob,
+        random_seed=F.random_seed,
+        dupe_factor=F.dupe_factor,
+        n_training_shards=F.n_training_shards,
+        fraction_test=F.fraction_test_set,
+    )
     return create_tfrecord_files(
-        shard_dir, output_dir, vocab_file=vocab_file, spm_model_file=spm_model_file,
-        do_lower_case=F.do_lower_case, max_seq_length=F.max_seq_length,
-        max_predictions_per_seq=F.max_predictions_per_seq, masked_lm_prob=F.masked_lm_prob,
-        short_seq_prob=F.short_seq_prob, dupe_factor=F.dupe_factor, random_seed=F.random_seed,
-        do_whole_word_mask=F.do_whole_word_mask, n_processes=n_processes, rank=rank, world=world,
-        comm=comm, progress_factory=progress_factory if rank == 0 or world == 1 else None,
-        verify=F.verify)
+        shard_dir,
+        output_dir,
+        vocab_file=vocab_file,
+        spm_model_file=spm_model_file,
+        do_lower_case=F.do_lower_case,
+        max_seq_length=F.max_seq_length,
+        max_predictions_per_seq=F.max_predictions_per_seq,
+        masked_lm_prob=F.masked_lm_prob,
+        short_seq_prob=F.short_seq_prob,
+        dupe_factor=F.dupe_factor,
+        random_seed=F.random_seed,
+        do_whole_word_mask=F.do_whole_word_mask,
+        n_processes=n_processes,
+        rank=rank,
+        world=world,
+        comm=comm,
+        progress_factory=progress_factory if rank == 0 or world == 1 else None,
+        verify=F.verify,
+    )
 
 
 def _spelled_for_absl(argv) -> list:

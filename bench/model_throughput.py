@@ -72,8 +72,9 @@ def usable_cores() -> int:
 # ----------------------------------------------------------------------------- child process
 
 
-def random_pretraining_batch(vocab_size: int, batch: int, seq_length: int, predictions: int,
-                             seed: int) -> dict:
+def random_pretraining_batch(
+    vocab_size: int, batch: int, seq_length: int, predictions: int, seed: int
+) -> dict:
     """A batch shaped like create_pretraining_data output: [CLS] A [SEP] B [SEP], padded.
 
     Like Google's data, 90% of sequences fill seq_length and 10% are shorter; 15% of the real
@@ -99,7 +100,7 @@ def random_pretraining_batch(vocab_size: int, batch: int, seq_length: int, predi
         tokens[0], tokens[sep_a], tokens[length - 1] = CLS_ID, SEP_ID, SEP_ID
         ids[b, :length] = tokens
         mask[b, :length] = 1
-        segments[b, sep_a + 1:length] = 1
+        segments[b, sep_a + 1 : length] = 1
         candidates = np.array([i for i in range(1, length - 1) if i != sep_a])
         n = min(predictions, max(1, round(length * 0.15)), len(candidates))
         chosen = np.sort(rng.choice(candidates, n, replace=False))
@@ -107,8 +108,12 @@ def random_pretraining_batch(vocab_size: int, batch: int, seq_length: int, predi
         lm_ids[b, :n] = tokens[chosen]
         weights[b, :n] = 1.0
     return {
-        "input_ids": ids, "input_mask": mask, "segment_ids": segments,
-        "masked_lm_positions": positions, "masked_lm_ids": lm_ids, "masked_lm_weights": weights,
+        "input_ids": ids,
+        "input_mask": mask,
+        "segment_ids": segments,
+        "masked_lm_positions": positions,
+        "masked_lm_ids": lm_ids,
+        "masked_lm_weights": weights,
         "next_sentence_labels": rng.integers(0, 2, (batch, 1)).astype("int32"),
     }
 
@@ -130,8 +135,9 @@ def measure_one(spec: dict) -> dict:
     config = BertConfig.from_json_file(spec["config_path"])
     model = BertPretrainer(config, dtype=spec["precision"])
     params = model.count_params()
-    features = random_pretraining_batch(config.vocab_size, spec["batch"], spec["seq_length"],
-                                        spec["predictions"], spec["seed"])
+    features = random_pretraining_batch(
+        config.vocab_size, spec["batch"], spec["seq_length"], spec["predictions"], spec["seed"]
+    )
     features = {k: tf.constant(v) for k, v in features.items()}
     variables = model.trainable_variables
 
@@ -169,8 +175,7 @@ def measure_one(spec: dict) -> dict:
         log(f"{tag}: repeat {r + 1}/{spec['repeats']}: {rates[-1]:.2f} seq/s")
     seq_per_s = statistics.median(rates)
     step_s = spec["batch"] / seq_per_s
-    return {"params": params, "compile_s": max(first_call_s - step_s, 0.0),
-            "seq_per_s": seq_per_s}
+    return {"params": params, "compile_s": max(first_call_s - step_s, 0.0), "seq_per_s": seq_per_s}
 
 
 def child_main(spec_json: str) -> None:
@@ -192,7 +197,7 @@ def shorten_error(text: str) -> str:
     for marker in ("Detected at node", "\tStack trace", " [Op:"):
         line = line.split(marker)[0].strip()
     line = " ".join(line.split())
-    return line if len(line) <= ERROR_WIDTH else line[:ERROR_WIDTH - 3] + "..."
+    return line if len(line) <= ERROR_WIDTH else line[: ERROR_WIDTH - 3] + "..."
 
 
 def crash_cause(stderr_lines: list[str], returncode: int) -> str:
@@ -210,7 +215,12 @@ def run_child(spec: dict, timeout_s: float) -> dict:
     env.setdefault("OMP_NUM_THREADS", str(spec["threads"]))
     proc = subprocess.Popen(
         [sys.executable, os.path.abspath(__file__), "--_child", json.dumps(spec)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
     deadline = time.monotonic() + timeout_s
     stderr_lines: list[str] = []
     # Forward our own progress lines live; keep TF's noise only to explain a crash.
@@ -238,7 +248,7 @@ def run_child(spec: dict, timeout_s: float) -> dict:
     proc.wait()
     for line in stdout.splitlines():
         if line.startswith("RESULT "):
-            return json.loads(line[len("RESULT "):])
+            return json.loads(line[len("RESULT ") :])
     return {"error": crash_cause(stderr_lines, proc.returncode)}
 
 
@@ -251,8 +261,9 @@ def parse_batch_sizes(text: str | None, models: list[str]) -> dict[str, int]:
     for item in text.split(","):
         name, _, value = item.partition("=")
         if name.strip() not in sizes:
-            raise SystemExit(f"--batch_sizes names {name.strip()!r}, which is not in --models "
-                             f"({','.join(models)}).")
+            raise SystemExit(
+                f"--batch_sizes names {name.strip()!r}, which is not in --models ({','.join(models)})."
+            )
         sizes[name.strip()] = positive_int(value, "--batch_sizes")
     return sizes
 
@@ -270,21 +281,26 @@ def positive_int(text: str, flag: str) -> int:
 def config_path(model: str, seq_length: int) -> str:
     path = model if model.endswith(".json") else os.path.join(ROOT, "configs", f"bert_{model}.json")
     if not os.path.isfile(path):
-        raise SystemExit(f"--models: no config for {model!r} (looked for {path}); name one of "
-                         f"configs/bert_*.json without prefix and suffix, or give a .json path.")
+        raise SystemExit(
+            f"--models: no config for {model!r} (looked for {path}); name one of "
+            f"configs/bert_*.json without prefix and suffix, or give a .json path."
+        )
     try:
         config = BertConfig.from_json_file(path)
     except ValueError as err:
         raise SystemExit(str(err)) from None
     if seq_length > config.max_position_embeddings:
-        raise SystemExit(f"--seq_length {seq_length} exceeds max_position_embeddings "
-                         f"{config.max_position_embeddings} of {path}.")
+        raise SystemExit(
+            f"--seq_length {seq_length} exceeds max_position_embeddings "
+            f"{config.max_position_embeddings} of {path}."
+        )
     return path
 
 
 def tensorflow_version() -> str:
     # From the package metadata: importing TF here would spin up thread pools for nothing.
     from importlib import metadata
+
     for dist in ("tensorflow", "tensorflow-cpu"):
         try:
             return metadata.version(dist)
@@ -294,14 +310,21 @@ def tensorflow_version() -> str:
 
 
 def format_table(rows: list[dict]) -> str:
-    headers = ["model", "params (M)", "precision", "xla", "batch", "compile s", "seq/s",
-               "vs fp32/no-XLA"]
-    baselines = {r["model"]: r["seq_per_s"] for r in rows
-                 if r["precision"] == "float32" and not r["xla"] and "seq_per_s" in r}
+    headers = ["model", "params (M)", "precision", "xla", "batch", "compile s", "seq/s", "vs fp32/no-XLA"]
+    baselines = {
+        r["model"]: r["seq_per_s"]
+        for r in rows
+        if r["precision"] == "float32" and not r["xla"] and "seq_per_s" in r
+    }
     cells = []
     for r in rows:
-        common = [r["model"], f"{r['params'] / 1e6:.1f}" if "params" in r else "-",
-                  r["precision"], "on" if r["xla"] else "off", str(r["batch"])]
+        common = [
+            r["model"],
+            f"{r['params'] / 1e6:.1f}" if "params" in r else "-",
+            r["precision"],
+            "on" if r["xla"] else "off",
+            str(r["batch"]),
+        ]
         if "error" in r:
             cells.append(common + ["-", "FAILED", r["error"]])
             continue
@@ -309,9 +332,10 @@ def format_table(rows: list[dict]) -> str:
         speedup = f"{r['seq_per_s'] / base:.2f}x" if base else "-"
         cells.append(common + [f"{r['compile_s']:.1f}", f"{r['seq_per_s']:.2f}", speedup])
     # A failure's cause sits in the last column and may run past its header; it sets no width.
-    widths = [max([len(h)] + [len(c[i]) for c in cells if not (i == len(headers) - 1
-                                                               and c[6] == "FAILED")])
-              for i, h in enumerate(headers)]
+    widths = [
+        max([len(h)] + [len(c[i]) for c in cells if not (i == len(headers) - 1 and c[6] == "FAILED")])
+        for i, h in enumerate(headers)
+    ]
     lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip()]
     lines.append("  ".join("-" * w for w in widths))
     for c in cells:
@@ -321,29 +345,54 @@ def format_table(rows: list[dict]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models", default=None,
-                        help="comma list of configs/bert_<name>.json names or .json paths "
-                             "(default tiny,small,base; --quick: tiny)")
+    parser.add_argument(
+        "--models",
+        default=None,
+        help="comma list of configs/bert_<name>.json names or .json paths "
+        "(default tiny,small,base; --quick: tiny)",
+    )
     parser.add_argument("--seq_length", type=int, default=128)
-    parser.add_argument("--max_predictions", type=int, default=20,
-                        help="masked LM predictions per sequence (P)")
-    parser.add_argument("--steps", type=int, default=None,
-                        help="timed steps per repeat (default 3; --quick: 2)")
-    parser.add_argument("--repeats", type=int, default=None,
-                        help="timed repeats, the median is reported (default 5; --quick: 2)")
-    parser.add_argument("--warmup", type=int, default=None,
-                        help="untimed steps, the first one compiles (default 2; --quick: 1)")
-    parser.add_argument("--batch_sizes", default=None,
-                        help="one int for all models, or name=int pairs, e.g. tiny=32,base=4 "
-                             "(default tiny=32,small=16,base=8; --quick: 8)")
-    parser.add_argument("--precisions", default="float32,mixed_bfloat16",
-                        help=f"comma list of {', '.join(PRECISIONS)}")
+    parser.add_argument(
+        "--max_predictions", type=int, default=20, help="masked LM predictions per sequence (P)"
+    )
+    parser.add_argument(
+        "--steps", type=int, default=None, help="timed steps per repeat (default 3; --quick: 2)"
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help="timed repeats, the median is reported (default 5; --quick: 2)",
+    )
+    parser.add_argument(
+        "--warmup",
+        type=int,
+        default=None,
+        help="untimed steps, the first one compiles (default 2; --quick: 1)",
+    )
+    parser.add_argument(
+        "--batch_sizes",
+        default=None,
+        help="one int for all models, or name=int pairs, e.g. tiny=32,base=4 "
+        "(default tiny=32,small=16,base=8; --quick: 8)",
+    )
+    parser.add_argument(
+        "--precisions", default="float32,mixed_bfloat16", help=f"comma list of {', '.join(PRECISIONS)}"
+    )
     parser.add_argument("--xla", default="on,off", help="on, off or on,off")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="TF intra-op threads (default: the cores this process may use)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="TF intra-op threads (default: the cores this process may use)",
+    )
     parser.add_argument("--seed", type=int, default=12345)
-    parser.add_argument("--timeout", type=float, default=1800.0,
-                        help="seconds before one combination is abandoned and reported as failed")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=1800.0,
+        help="seconds before one combination is abandoned and reported as failed",
+    )
     parser.add_argument("--quick", action="store_true", help="small smoke run (tiny model)")
     parser.add_argument("--_child", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -370,44 +419,60 @@ def main() -> None:
     # Baseline (no XLA) first so every model's reference row exists before its variants.
     xla_modes.sort()
     if args.seq_length < 8 or args.max_predictions < 1 or min(steps, repeats, warmup) < 1:
-        raise SystemExit("--seq_length must be >= 8 and --max_predictions, --steps, --repeats, "
-                         "--warmup >= 1.")
+        raise SystemExit(
+            "--seq_length must be >= 8 and --max_predictions, --steps, --repeats, --warmup >= 1."
+        )
     threads = args.threads or usable_cores()
     paths = {m: config_path(m, args.seq_length) for m in models}
 
     combos = [(m, p, x) for m in models for p in precisions for x in xla_modes]
-    log(f"{len(combos)} combinations; {threads} intra-op thread(s), 1 inter-op thread "
-        f"({usable_cores()} usable cores)")
+    log(
+        f"{len(combos)} combinations; {threads} intra-op thread(s), 1 inter-op thread "
+        f"({usable_cores()} usable cores)"
+    )
     rows = []
     for i, (model, precision, xla) in enumerate(combos, 1):
-        spec = {"model": model, "config_path": paths[model], "precision": precision, "xla": xla,
-                "batch": batch_sizes[model], "seq_length": args.seq_length,
-                "predictions": args.max_predictions, "steps": steps, "repeats": repeats,
-                "warmup": warmup, "threads": threads, "seed": args.seed}
-        log(f"[{i}/{len(combos)}] {model} {precision} xla={'on' if xla else 'off'} "
-            f"batch={spec['batch']}")
+        spec = {
+            "model": model,
+            "config_path": paths[model],
+            "precision": precision,
+            "xla": xla,
+            "batch": batch_sizes[model],
+            "seq_length": args.seq_length,
+            "predictions": args.max_predictions,
+            "steps": steps,
+            "repeats": repeats,
+            "warmup": warmup,
+            "threads": threads,
+            "seed": args.seed,
+        }
+        log(f"[{i}/{len(combos)}] {model} {precision} xla={'on' if xla else 'off'} batch={spec['batch']}")
         start = time.perf_counter()
         result = run_child(spec, args.timeout)
         if "error" in result:
             log(f"[{i}/{len(combos)}] FAILED: {result['error']}")
         else:
-            log(f"[{i}/{len(combos)}] {result['seq_per_s']:.2f} seq/s "
-                f"({time.perf_counter() - start:.0f}s wall)")
-        rows.append({"model": model, "precision": precision, "xla": xla,
-                     "batch": spec["batch"], **result})
+            log(
+                f"[{i}/{len(combos)}] {result['seq_per_s']:.2f} seq/s "
+                f"({time.perf_counter() - start:.0f}s wall)"
+            )
+        rows.append({"model": model, "precision": precision, "xla": xla, "batch": spec["batch"], **result})
 
     tf_version = tensorflow_version()
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f
-                        if line.startswith("model name")), cpu)
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
     except OSError:
         pass
-    print(f"BERT pretraining step (forward + loss + gradients) throughput, TF {tf_version}, "
-          f"CPU: {cpu}, {threads} intra-op / 1 inter-op thread(s)")
-    print(f"seq_length {args.seq_length}, {args.max_predictions} masked predictions, "
-          f"median of {repeats} x {steps} steps after {warmup} warm-up step(s)")
+    print(
+        f"BERT pretraining step (forward + loss + gradients) throughput, TF {tf_version}, "
+        f"CPU: {cpu}, {threads} intra-op / 1 inter-op thread(s)"
+    )
+    print(
+        f"seq_length {args.seq_length}, {args.max_predictions} masked predictions, "
+        f"median of {repeats} x {steps} steps after {warmup} warm-up step(s)"
+    )
     print(format_table(rows))
 
 

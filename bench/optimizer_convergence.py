@@ -48,15 +48,22 @@ class Run:
 
 def prepare(cache_dir: str, megabytes: float, vocab_size: int) -> tuple[str, str, str]:
     """Corpus -> TFRecords with prepare_data.py; returns (training glob, test glob, vocab file)."""
-    from data import paths
-    import prepare_data
     from prep_throughput import corpus_path
+
+    import prepare_data
+    from data import paths
 
     corpus = corpus_path(cache_dir, megabytes)
     data_dir = os.path.join(cache_dir, "convergence")
     common = ["--data_dir", data_dir, "--dataset", "stdlib"]
-    records = ["--max_seq_length", str(SEQ), "--max_predictions_per_seq", str(PREDICTIONS),
-               "--dupe_factor", str(DUPE)]
+    records = [
+        "--max_seq_length",
+        str(SEQ),
+        "--max_predictions_per_seq",
+        str(PREDICTIONS),
+        "--dupe_factor",
+        str(DUPE),
+    ]
     steps = [
         ["--action", "text_formatting", "--input_files", corpus, "--input_format", "text"],
         ["--action", "sharding", *SHARDS],
@@ -67,10 +74,18 @@ def prepare(cache_dir: str, megabytes: float, vocab_size: int) -> tuple[str, str
         # Every stage keeps a manifest, so a second run of the bench skips verified work.
         if prepare_data.main([*common, *argv], environ={}) != 0:
             raise SystemExit(f"prepare_data.py {argv[1]} failed")
-    out = paths.tfrecord_dir(data_dir, "stdlib", do_lower_case=True, max_seq_length=SEQ,
-                             max_predictions_per_seq=PREDICTIONS, masked_lm_prob=0.15,
-                             random_seed=12345, dupe_factor=DUPE, n_training_shards=4,
-                             fraction_test=0.05)
+    out = paths.tfrecord_dir(
+        data_dir,
+        "stdlib",
+        do_lower_case=True,
+        max_seq_length=SEQ,
+        max_predictions_per_seq=PREDICTIONS,
+        masked_lm_prob=0.15,
+        random_seed=12345,
+        dupe_factor=DUPE,
+        n_training_shards=4,
+        fraction_test=0.05,
+    )
     vocab = os.path.join(paths.vocab_dir(data_dir, "stdlib"), "vocab.txt")
     return os.path.join(out, "training", "*"), os.path.join(out, "test", "*"), vocab
 
@@ -86,33 +101,52 @@ def train(run: Run, args, train_glob: str, test_glob: str, vocab_size: int) -> d
     from training.train_step import PretrainingStep
 
     keras.utils.set_random_seed(args.seed)
-    config = dataclasses.replace(BertConfig.from_json_file(os.path.join(ROOT, "configs", "bert_tiny.json")),
-                                 vocab_size=vocab_size, max_position_embeddings=SEQ)
+    config = dataclasses.replace(
+        BertConfig.from_json_file(os.path.join(ROOT, "configs", "bert_tiny.json")),
+        vocab_size=vocab_size,
+        max_position_embeddings=SEQ,
+    )
     model = BertPretrainer(config)
     updates = args.sequences // (args.micro_batch * run.accumulation)
     warmup = max(1, int(updates * args.warmup_fraction))
     schedule = WarmupPolynomialDecay(run.learning_rate, warmup, updates, run.power)
     optimizer = create_optimizer(run.optimizer, schedule)
     step = PretrainingStep(model, optimizer, accumulation_steps=run.accumulation)
-    data = iter(pretraining_dataset(sorted(glob.glob(train_glob)), args.micro_batch, SEQ, PREDICTIONS,
-                                    is_training=True, seed=args.seed).as_numpy_iterator())
+    data = iter(
+        pretraining_dataset(
+            sorted(glob.glob(train_glob)),
+            args.micro_batch,
+            SEQ,
+            PREDICTIONS,
+            is_training=True,
+            seed=args.seed,
+        ).as_numpy_iterator()
+    )
     start, losses = time.time(), []
     for update in range(updates):
         metrics = step(data)
         losses.append(metrics["loss"])
         if update % max(1, updates // 10) == 0 or update == updates - 1:
-            print(f"  {run.name}: update {update + 1}/{updates} loss {metrics['loss']:.3f} "
-                  f"mlm_acc {metrics['mlm_accuracy']:.3f} ({time.time() - start:.0f} s)",
-                  file=sys.stderr, flush=True)
+            print(
+                f"  {run.name}: update {update + 1}/{updates} loss {metrics['loss']:.3f} "
+                f"mlm_acc {metrics['mlm_accuracy']:.3f} ({time.time() - start:.0f} s)",
+                file=sys.stderr,
+                flush=True,
+            )
         if not math.isfinite(metrics["loss"]):
             break
-    held_out = pretraining_dataset(sorted(glob.glob(test_glob)), args.micro_batch, SEQ, PREDICTIONS,
-                                   is_training=False)
+    held_out = pretraining_dataset(
+        sorted(glob.glob(test_glob)), args.micro_batch, SEQ, PREDICTIONS, is_training=False
+    )
     result = step.evaluate(held_out.take(args.eval_batches).as_numpy_iterator())
     tf.keras.backend.clear_session() if hasattr(tf, "keras") else None
-    return {"updates": updates, "batch": args.micro_batch * run.accumulation,
-            "final_train_loss": sum(losses[-5:]) / len(losses[-5:]), "seconds": time.time() - start,
-            **result}
+    return {
+        "updates": updates,
+        "batch": args.micro_batch * run.accumulation,
+        "final_train_loss": sum(losses[-5:]) / len(losses[-5:]),
+        "seconds": time.time() - start,
+        **result,
+    }
 
 
 def main(argv=None):
@@ -121,8 +155,12 @@ def main(argv=None):
     parser.add_argument("--micro_batch", type=int, default=64)
     parser.add_argument("--accumulation", type=int, default=16, help="k: large batch = micro_batch * k")
     parser.add_argument("--adam_lr", type=float, default=1e-3, help="Adam's rate at batch micro_batch")
-    parser.add_argument("--lamb_lr", type=float, default=1.25e-2,
-                        help="LAMB's base rate at batch micro_batch (scaled by sqrt(k))")
+    parser.add_argument(
+        "--lamb_lr",
+        type=float,
+        default=1.25e-2,
+        help="LAMB's base rate at batch micro_batch (scaled by sqrt(k))",
+    )
     parser.add_argument("--warmup_fraction", type=float, default=0.1)
     parser.add_argument("--corpus_mb", type=float, default=8.0)
     parser.add_argument("--vocab_size", type=int, default=8192)
@@ -147,15 +185,21 @@ def main(argv=None):
         print(f"{run.name}: lr {run.learning_rate:.2e}", file=sys.stderr, flush=True)
         rows.append((run, train(run, args, train_glob, test_glob, vocab_size)))
 
-    print(f"\nbert_tiny (vocab {vocab_size}), seq {SEQ}, {args.sequences} training sequences per run, "
-          f"held-out: {args.eval_batches} x {args.micro_batch} sequences")
-    header = f"{'run':<24} {'peak lr':>9} {'updates':>8} {'train loss':>10} {'held-out loss':>13} " \
-             f"{'MLM acc':>8} {'NSP acc':>8} {'seconds':>8}"
+    print(
+        f"\nbert_tiny (vocab {vocab_size}), seq {SEQ}, {args.sequences} training sequences per run, "
+        f"held-out: {args.eval_batches} x {args.micro_batch} sequences"
+    )
+    header = (
+        f"{'run':<24} {'peak lr':>9} {'updates':>8} {'train loss':>10} {'held-out loss':>13} "
+        f"{'MLM acc':>8} {'NSP acc':>8} {'seconds':>8}"
+    )
     print(header)
     print("-" * len(header))
     for run, r in rows:
-        print(f"{run.name:<24} {run.learning_rate:>9.2e} {r['updates']:>8} {r['final_train_loss']:>10.3f} "
-              f"{r['loss']:>13.3f} {r['mlm_accuracy']:>8.3f} {r['nsp_accuracy']:>8.3f} {r['seconds']:>8.0f}")
+        print(
+            f"{run.name:<24} {run.learning_rate:>9.2e} {r['updates']:>8} {r['final_train_loss']:>10.3f} "
+            f"{r['loss']:>13.3f} {r['mlm_accuracy']:>8.3f} {r['nsp_accuracy']:>8.3f} {r['seconds']:>8.0f}"
+        )
 
 
 if __name__ == "__main__":

@@ -47,11 +47,14 @@ sys.path.insert(0, ROOT)
 
 from data.corpus import stdlib_text  # noqa: E402  (after the path insert)
 
-SETTINGS = dict(max_seq_length=128, max_predictions_per_seq=20, dupe_factor=5, masked_lm_prob=0.15,
-                random_seed=12345)
+SETTINGS = dict(
+    max_seq_length=128, max_predictions_per_seq=20, dupe_factor=5, masked_lm_prob=0.15, random_seed=12345
+)
 # Google's create_pretraining_data.py on a ~20 MB corpus of this kind, this machine (issue 3).
-REFERENCE = dict(name="google reference (issue 3)", mb=20.0, seconds=161.0, instances_per_s=2040,
-                 peak_rss_mb=1680.0)
+REFERENCE = dict(
+    name="google reference (issue 3)", mb=20.0, seconds=161.0, instances_per_s=2040, peak_rss_mb=1680.0
+)
+
 
 def corpus_path(cache_dir, megabytes):
     os.makedirs(cache_dir, exist_ok=True)
@@ -83,15 +86,20 @@ class Run:
 
 
 def _cpd_command(corpus, out_dir):
-    return [sys.executable, os.path.join(ROOT, "create_pretraining_data.py"), f"--input_file={corpus}",
-            f"--output_file={os.path.join(out_dir, 'out.tfrecord')}", f"--vocab_file={vocab_file()}",
-            "--do_lower_case=True", *(f"--{k}={v}" for k, v in SETTINGS.items())]
+    return [
+        sys.executable,
+        os.path.join(ROOT, "create_pretraining_data.py"),
+        f"--input_file={corpus}",
+        f"--output_file={os.path.join(out_dir, 'out.tfrecord')}",
+        f"--vocab_file={vocab_file()}",
+        "--do_lower_case=True",
+        *(f"--{k}={v}" for k, v in SETTINGS.items()),
+    ]
 
 
 RUNS = [
     Run("create_pretraining_data", _cpd_command, lambda d: [os.path.join(d, "out.tfrecord")]),
 ]
-
 
 
 # --- data.prep stages (sharding, create_tfrecord_files) ---------------------------------------
@@ -123,9 +131,24 @@ def _n_shards(corpus):
 
 
 def _prep_argv(action, data_dir, corpus, *extra):
-    return [sys.executable, os.path.join(ROOT, "prepare_data.py"), "--action", action, "--data_dir", data_dir, "--dataset",
-            "bench", "--n_training_shards", str(_n_shards(corpus)), "--n_test_shards", "0",
-            "--fraction_test_set", "0", "--no_progress", *extra]
+    return [
+        sys.executable,
+        os.path.join(ROOT, "prepare_data.py"),
+        "--action",
+        action,
+        "--data_dir",
+        data_dir,
+        "--dataset",
+        "bench",
+        "--n_training_shards",
+        str(_n_shards(corpus)),
+        "--n_test_shards",
+        "0",
+        "--fraction_test_set",
+        "0",
+        "--no_progress",
+        *extra,
+    ]
 
 
 def _sharding_command(corpus, out_dir):
@@ -135,17 +158,33 @@ def _sharding_command(corpus, out_dir):
 def _shards_for(corpus):
     """Shards of `corpus` (made once, not measured) under a data dir cached beside the corpus."""
     data_dir = corpus[: -len(".txt")] + "-prep"
-    subprocess.run(_prep_argv("sharding", data_dir, corpus, "--input_files", _formatted(corpus)),
-                   cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        _prep_argv("sharding", data_dir, corpus, "--input_files", _formatted(corpus)),
+        cwd=ROOT,
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     return data_dir
 
 
 def _tfrecord_command(processes):
     def command(corpus, out_dir):
         settings = [f"--{k}={v}" for k, v in SETTINGS.items()]
-        return _prep_argv("create_tfrecord_files", _shards_for(corpus), corpus, "--vocab_file", vocab_file(),
-                          "--do_lower_case", "1", "--output_dir", out_dir, "--n_processes", str(processes),
-                          *settings)
+        return _prep_argv(
+            "create_tfrecord_files",
+            _shards_for(corpus),
+            corpus,
+            "--vocab_file",
+            vocab_file(),
+            "--do_lower_case",
+            "1",
+            "--output_dir",
+            out_dir,
+            "--n_processes",
+            str(processes),
+            *settings,
+        )
+
     return command
 
 
@@ -276,8 +315,12 @@ def _child_tokenize(corpus, repeats):
             n += sum(map(len, tokenizer.encode_batch(texts)))
         return n
 
-    cases = {"step_c": lambda: step(True), "step_rust": lambda: step(False),
-             "kernel_c": kernel_c, "kernel_rust": kernel_rust}
+    cases = {
+        "step_c": lambda: step(True),
+        "step_rust": lambda: step(False),
+        "kernel_c": kernel_c,
+        "kernel_rust": kernel_rust,
+    }
     times = {name: [] for name in cases}
     results = {}
     for r in range(repeats):
@@ -291,9 +334,18 @@ def _child_tokenize(corpus, repeats):
     same = same and c.invalid_utf8_lines == rust.invalid_utf8_lines
     # The C kernel leaves fallback lines out of its ids; without any, both kernels give every id.
     same = same and (fallback > 0 or results["kernel_c"] == results["kernel_rust"] == len(c.tokens))
-    print(json.dumps({"times": times, "identical": bool(same), "tokens": int(len(c.tokens)),
-                      "kernel_tokens": [results["kernel_c"], results["kernel_rust"]],
-                      "lines": lines, "fallback_lines": fallback}))
+    print(
+        json.dumps(
+            {
+                "times": times,
+                "identical": bool(same),
+                "tokens": int(len(c.tokens)),
+                "kernel_tokens": [results["kernel_c"], results["kernel_rust"]],
+                "lines": lines,
+                "fallback_lines": fallback,
+            }
+        )
+    )
 
 
 def _child_argv(*args):
@@ -315,15 +367,18 @@ def native_parts(corpus, work_dir, repeats, variants):
     import json
 
     mb = os.path.getsize(corpus) / 1e6
-    print(f"native parts: tokenization of the {mb:.1f} MB corpus ({repeats} rounds) ...", file=sys.stderr,
-          flush=True)
+    print(
+        f"native parts: tokenization of the {mb:.1f} MB corpus ({repeats} rounds) ...",
+        file=sys.stderr,
+        flush=True,
+    )
     stdout = _run_child(_child_argv("tokenize", corpus, repeats), "tokenize")[3]
     tok = json.loads(stdout.strip().splitlines()[-1])
 
     runs = {name: [] for name in variants}
     digests = {}
     for r in range(repeats):
-        for name in (variants if r % 2 == 0 else variants[::-1]):
+        for name in variants if r % 2 == 0 else variants[::-1]:
             out_dir = tempfile.mkdtemp(dir=work_dir)
             try:
                 output = os.path.join(out_dir, "out.tfrecord")
@@ -336,10 +391,12 @@ def native_parts(corpus, work_dir, repeats, variants):
             print(f"done: {name} round {r + 1}/{repeats}: {seconds:.1f} s", file=sys.stderr, flush=True)
 
     print()
-    print(f"C WordPiece mirror vs the Rust `tokenizers` call: tokenization of {mb:.1f} MB, "
-          f"median of {repeats} interleaved rounds (min-max); ids identical: {tok['identical']} "
-          f"({tok['tokens']:,} tokens; {tok['fallback_lines']:,} of {tok['lines']:,} lines left by C "
-          f"to the Rust tokenizer)")
+    print(
+        f"C WordPiece mirror vs the Rust `tokenizers` call: tokenization of {mb:.1f} MB, "
+        f"median of {repeats} interleaved rounds (min-max); ids identical: {tok['identical']} "
+        f"({tok['tokens']:,} tokens; {tok['fallback_lines']:,} of {tok['lines']:,} lines left by C "
+        f"to the Rust tokenizer)"
+    )
     header = ("tokenizer", "what is timed", "seconds", "CPU s", "MB/s", "C mirror speed-up")
     print("| " + " | ".join(header) + " |")
     print("|" + "|".join("---" for _ in header) + "|")
@@ -350,17 +407,32 @@ def native_parts(corpus, work_dir, repeats, variants):
             walls = [w for w, _ in tok["times"][f"{part}_{engine}"]]
             cpus = [c for _, c in tok["times"][f"{part}_{engine}"]]
             ratio = f"{rust_median / _median(walls):.2f}x" if engine == "c" else "1.00x"
-            print(f"| {label} | {what[part]} | {_median(walls):.2f} ({_spread(walls)}) | {_median(cpus):.2f} "
-                  f"| {mb / _median(walls):.2f} | {ratio} |")
+            print(
+                f"| {label} | {what[part]} | {_median(walls):.2f} ({_spread(walls)}) | {_median(cpus):.2f} "
+                f"| {mb / _median(walls):.2f} | {ratio} |"
+            )
 
     base = _median([s for s, _, _, _ in runs[variants[0]]])
     print()
-    print(f"create_training_files end to end on {mb:.1f} MB, one part of the native path off at a time, "
-          f"median of {repeats} interleaved rounds (min-max); "
-          + ("same bytes written by every variant" if len(digests) == 1
-             else f"OUTPUTS DIFFER: {list(digests.values())}"))
-    header = ("variant", "what runs", "seconds", "CPU s", "MB/s", "instances/s", "peak RSS MB",
-              f"time / {variants[0]}")
+    print(
+        f"create_training_files end to end on {mb:.1f} MB, one part of the native path off at a time, "
+        f"median of {repeats} interleaved rounds (min-max); "
+        + (
+            "same bytes written by every variant"
+            if len(digests) == 1
+            else f"OUTPUTS DIFFER: {list(digests.values())}"
+        )
+    )
+    header = (
+        "variant",
+        "what runs",
+        "seconds",
+        "CPU s",
+        "MB/s",
+        "instances/s",
+        "peak RSS MB",
+        f"time / {variants[0]}",
+    )
     print("| " + " | ".join(header) + " |")
     print("|" + "|".join("---" for _ in header) + "|")
     for name in variants:
@@ -369,12 +441,16 @@ def native_parts(corpus, work_dir, repeats, variants):
         cpu = _median([c for _, c, _, _ in runs[name]])
         rss = max(m for _, _, m, _ in runs[name])
         instances = runs[name][0][3]
-        print(f"| {name} | {NATIVE_VARIANTS[name][0]} | {med:.1f} ({_spread(seconds, '{:.1f}')}) | {cpu:.1f} "
-              f"| {mb / med:.2f} | {instances / med:,.0f} | {rss:,.0f} | {med / base:.2f}x |")
+        print(
+            f"| {name} | {NATIVE_VARIANTS[name][0]} | {med:.1f} ({_spread(seconds, '{:.1f}')}) | {cpu:.1f} "
+            f"| {mb / med:.2f} | {instances / med:,.0f} | {rss:,.0f} | {med / base:.2f}x |"
+        )
     if "rust_tokenizer" in runs and variants[0] == "all_native":
         without = _median([s for s, _, _, _ in runs["rust_tokenizer"]])
-        print(f"\nthe C mirror saves {without - base:.1f} s of {without:.1f} s end to end "
-              f"({100 * (without - base) / without:.0f}% of the run; {without / base:.2f}x)")
+        print(
+            f"\nthe C mirror saves {without - base:.1f} s of {without:.1f} s end to end "
+            f"({100 * (without - base) / without:.0f}% of the run; {without / base:.2f}x)"
+        )
 
 
 def _run_child(argv, name):
@@ -382,13 +458,20 @@ def _run_child(argv, name):
     import threading
 
     start = time.perf_counter()
-    child = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    child = subprocess.Popen(
+        argv,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
     # Drained while it runs (a full pipe would stall it), reaped by wait4, which gives this
     # child's own rusage (RUSAGE_CHILDREN would mix in earlier runs).
     outputs = {}
-    readers = [threading.Thread(target=lambda k, f: outputs.__setitem__(k, f.read().decode()), args=(k, f))
-               for k, f in (("stdout", child.stdout), ("stderr", child.stderr))]
+    readers = [
+        threading.Thread(target=lambda k, f: outputs.__setitem__(k, f.read().decode()), args=(k, f))
+        for k, f in (("stdout", child.stdout), ("stderr", child.stderr))
+    ]
     for reader in readers:
         reader.start()
     _, status, usage = os.wait4(child.pid, 0)
@@ -421,14 +504,21 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="20", help="corpus sizes in MB, comma-separated (default 20)")
     names = [r.name for r in RUNS] + [NATIVE_PARTS_RUN]
-    parser.add_argument("--runs", default=",".join(names),
-                        help=f"runs to do, comma-separated, of: {', '.join(names)}")
-    parser.add_argument("--cache_dir", default=os.path.join(tempfile.gettempdir(), "bert-tf2-bench"),
-                        help="where the corpora are cached")
+    parser.add_argument(
+        "--runs", default=",".join(names), help=f"runs to do, comma-separated, of: {', '.join(names)}"
+    )
+    parser.add_argument(
+        "--cache_dir",
+        default=os.path.join(tempfile.gettempdir(), "bert-tf2-bench"),
+        help="where the corpora are cached",
+    )
     parser.add_argument("--repeats", type=int, default=3, help=f"rounds of the {NATIVE_PARTS_RUN} tables")
-    parser.add_argument("--native_variants", default=",".join(NATIVE_VARIANTS),
-                        help=f"end-to-end variants of the {NATIVE_PARTS_RUN} table (the first is the "
-                             f"baseline), of: {', '.join(NATIVE_VARIANTS)}")
+    parser.add_argument(
+        "--native_variants",
+        default=",".join(NATIVE_VARIANTS),
+        help=f"end-to-end variants of the {NATIVE_PARTS_RUN} table (the first is the "
+        f"baseline), of: {', '.join(NATIVE_VARIANTS)}",
+    )
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)  # a measured child process
     args = parser.parse_args(argv)
     if args.child:
@@ -463,8 +553,17 @@ def main(argv=None):
 
     if wanted:
         r = REFERENCE
-        rows.append((r["name"], r["mb"], r["seconds"], None, r["mb"] / r["seconds"], r["instances_per_s"],
-                     r["peak_rss_mb"]))
+        rows.append(
+            (
+                r["name"],
+                r["mb"],
+                r["seconds"],
+                None,
+                r["mb"] / r["seconds"],
+                r["instances_per_s"],
+                r["peak_rss_mb"],
+            )
+        )
         header = ("run", "input MB", "seconds", "CPU s", "MB/s", "instances/s", "peak RSS MB")
         print(f"settings: {SETTINGS}, bert-base-uncased vocab, one process")
         print("| " + " | ".join(header) + " |")

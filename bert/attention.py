@@ -18,8 +18,7 @@ _MASK_VALUE = -10000.0
 def dense(units, config: BertConfig, name, dtype, activation=None):
     """A Dense layer initialised as Google's (truncated normal, config.initializer_range)."""
     init = keras.initializers.TruncatedNormal(stddev=config.initializer_range)
-    return keras.layers.Dense(units, activation=activation, kernel_initializer=init,
-                              name=name, dtype=dtype)
+    return keras.layers.Dense(units, activation=activation, kernel_initializer=init, name=name, dtype=dtype)
 
 
 @keras.saving.register_keras_serializable(package="bert")
@@ -34,8 +33,9 @@ class SelfAttention(keras.layers.Layer):
         self.query = dense(d, self.config, "query", self.dtype_policy)
         self.key = dense(d, self.config, "key", self.dtype_policy)
         self.value = dense(d, self.config, "value", self.dtype_policy)
-        self.dropout = keras.layers.Dropout(self.config.attention_probs_dropout_prob, name="dropout",
-                                            dtype=self.dtype_policy)
+        self.dropout = keras.layers.Dropout(
+            self.config.attention_probs_dropout_prob, name="dropout", dtype=self.dtype_policy
+        )
 
     def build(self, input_shape):
         for layer in (self.query, self.key, self.value):
@@ -44,22 +44,22 @@ class SelfAttention(keras.layers.Layer):
     def _split_heads(self, x):
         b, s = ops.shape(x)[0], ops.shape(x)[1]
         x = ops.reshape(x, (b, s, self.config.num_attention_heads, self.config.head_size))  # [B, S, N, H]
-        return ops.transpose(x, (0, 2, 1, 3))                                  # [B, N, S, H]
+        return ops.transpose(x, (0, 2, 1, 3))  # [B, N, S, H]
 
     def call(self, x, attention_bias, training=False):
-        q = self._split_heads(self.query(x))                                   # [B, N, S, H]
-        k = self._split_heads(self.key(x))                                     # [B, N, S, H]
-        v = self._split_heads(self.value(x))                                   # [B, N, S, H]
-        scores = ops.matmul(q, ops.transpose(k, (0, 1, 3, 2)))                 # [B, N, S, S]
+        q = self._split_heads(self.query(x))  # [B, N, S, H]
+        k = self._split_heads(self.key(x))  # [B, N, S, H]
+        v = self._split_heads(self.value(x))  # [B, N, S, H]
+        scores = ops.matmul(q, ops.transpose(k, (0, 1, 3, 2)))  # [B, N, S, S]
         # Softmax in float32: bf16/fp16 scores lose the small differences that matter here.
         scores = ops.cast(scores, "float32") * (1.0 / math.sqrt(self.config.head_size))
         # Keras casts call arguments to the compute dtype; the bias is re-widened to float32.
         probs = ops.softmax(scores + ops.cast(attention_bias, "float32"), axis=-1)  # [B, N, S, S]
         probs = self.dropout(ops.cast(probs, self.compute_dtype), training=training)
-        context = ops.matmul(probs, v)                                         # [B, N, S, H]
-        context = ops.transpose(context, (0, 2, 1, 3))                         # [B, S, N, H]
+        context = ops.matmul(probs, v)  # [B, N, S, H]
+        context = ops.transpose(context, (0, 2, 1, 3))  # [B, S, N, H]
         b, s = ops.shape(context)[0], ops.shape(context)[1]
-        return ops.reshape(context, (b, s, self.config.hidden_size))           # [B, S, D]
+        return ops.reshape(context, (b, s, self.config.hidden_size))  # [B, S, D]
 
     def get_config(self):
         return {**super().get_config(), "config": self.config.to_dict()}

@@ -39,13 +39,16 @@ VOCAB_NAME = "vocab.txt"
 # Checkpoint entries that hold no model weight: optimizer slots, step counters and loss-scale
 # state from Google's, NVIDIA's and this project's trainers.
 _SKIPPED_SUFFIXES = ("/adam_m", "/adam_v", "/lamb_m", "/lamb_v", "/Momentum")
-_SKIPPED_NAMES = frozenset({"global_step", "current_loss_scale", "good_steps", "loss_scale",
-                            "_CHECKPOINTABLE_OBJECT_GRAPH"})
+_SKIPPED_NAMES = frozenset(
+    {"global_step", "current_loss_scale", "good_steps", "loss_scale", "_CHECKPOINTABLE_OBJECT_GRAPH"}
+)
 _TRAINING_STATE_PREFIX = "training_state/"
 
 # Hugging Face keys that are buffers or tied copies, not weights of their own.
-_HF_IGNORED = re.compile(r"^(bert\.)?embeddings\.position_ids$"
-                         r"|^cls\.predictions\.decoder\.(weight|bias)$")
+_HF_IGNORED = re.compile(
+    r"^(bert\.)?embeddings\.position_ids$"
+    r"|^cls\.predictions\.decoder\.(weight|bias)$"
+)
 
 
 class CheckpointMismatchError(BertError):
@@ -53,6 +56,7 @@ class CheckpointMismatchError(BertError):
 
 
 # --- the model's canonical (Google) names --------------------------------------------------
+
 
 def _dense_names(prefix, layer):
     return {f"{prefix}/kernel": layer.kernel, f"{prefix}/bias": layer.bias}
@@ -103,6 +107,7 @@ def model_variables(model) -> dict:
 
 # --- Hugging Face names ----------------------------------------------------------------------
 
+
 def _dense_keys(google, hf):
     return [(f"{google}/kernel", f"{hf}.weight", True), (f"{google}/bias", f"{hf}.bias", False)]
 
@@ -122,10 +127,10 @@ _NAME_TABLE = (
     *_dense_keys("bert/encoder/layer_{i}/attention/self/query", "encoder.layer.{i}.attention.self.query"),
     *_dense_keys("bert/encoder/layer_{i}/attention/self/key", "encoder.layer.{i}.attention.self.key"),
     *_dense_keys("bert/encoder/layer_{i}/attention/self/value", "encoder.layer.{i}.attention.self.value"),
-    *_dense_keys("bert/encoder/layer_{i}/attention/output/dense",
-                 "encoder.layer.{i}.attention.output.dense"),
-    *_layer_norm_keys("bert/encoder/layer_{i}/attention/output/LayerNorm",
-                      "encoder.layer.{i}.attention.output.LayerNorm"),
+    *_dense_keys("bert/encoder/layer_{i}/attention/output/dense", "encoder.layer.{i}.attention.output.dense"),
+    *_layer_norm_keys(
+        "bert/encoder/layer_{i}/attention/output/LayerNorm", "encoder.layer.{i}.attention.output.LayerNorm"
+    ),
     *_dense_keys("bert/encoder/layer_{i}/intermediate/dense", "encoder.layer.{i}.intermediate.dense"),
     *_dense_keys("bert/encoder/layer_{i}/output/dense", "encoder.layer.{i}.output.dense"),
     *_layer_norm_keys("bert/encoder/layer_{i}/output/LayerNorm", "encoder.layer.{i}.output.LayerNorm"),
@@ -171,11 +176,12 @@ def hf_to_google(key: str, prefix: str = "") -> tuple[str, bool] | None:
     if not key.startswith("cls."):
         if not key.startswith(prefix):
             return None
-        key = key[len(prefix):]
+        key = key[len(prefix) :]
     return _lookup(_HF_PATTERNS, key)
 
 
 # --- readers ---------------------------------------------------------------------------------
+
 
 def resolve_tf_checkpoint(path: str) -> str:
     """A checkpoint prefix from a prefix, a .index/.data file, or a directory holding one."""
@@ -187,6 +193,7 @@ def resolve_tf_checkpoint(path: str) -> str:
         return path
     if os.path.isdir(path):
         import tensorflow as tf
+
         latest = tf.train.latest_checkpoint(path)
         if latest:
             return latest
@@ -196,10 +203,14 @@ def resolve_tf_checkpoint(path: str) -> str:
         indexes = sorted(f for f in os.listdir(path) if f.endswith(".index"))
         if len(indexes) == 1:
             return os.path.join(path, indexes[0][: -len(".index")])
-        raise BertFileNotFoundError(f"{path} holds no TensorFlow checkpoint (no *.index file"
-                                    f"{'; several: ' + ', '.join(indexes) if indexes else ''}).")
-    raise BertFileNotFoundError(f"Checkpoint {path} does not exist (expected {path}.index, a "
-                                f"directory with a checkpoint, or a directory with {HF_WEIGHTS_NAME}).")
+        raise BertFileNotFoundError(
+            f"{path} holds no TensorFlow checkpoint (no *.index file"
+            f"{'; several: ' + ', '.join(indexes) if indexes else ''})."
+        )
+    raise BertFileNotFoundError(
+        f"Checkpoint {path} does not exist (expected {path}.index, a "
+        f"directory with a checkpoint, or a directory with {HF_WEIGHTS_NAME})."
+    )
 
 
 def checkpoint_format(path: str) -> str:
@@ -213,27 +224,35 @@ def checkpoint_format(path: str) -> str:
 def read_tf_checkpoint(path: str) -> dict[str, np.ndarray]:
     """Model weights of a Google-named TF checkpoint (Google's, NVIDIA's or the trainer's)."""
     import tensorflow as tf
+
     prefix = resolve_tf_checkpoint(path)
     try:
         reader = tf.train.load_checkpoint(prefix)
     except Exception as err:  # TF raises DataLossError/NotFoundError with long C++ text
-        raise BertError(f"{prefix} is not a readable TensorFlow checkpoint "
-                        f"({str(err).splitlines()[0]}).") from None
+        raise BertError(
+            f"{prefix} is not a readable TensorFlow checkpoint ({str(err).splitlines()[0]})."
+        ) from None
     weights = {}
     for name in reader.get_variable_to_shape_map():
-        if (name in _SKIPPED_NAMES or name.endswith(_SKIPPED_SUFFIXES)
-                or name.startswith(_TRAINING_STATE_PREFIX)):
+        if (
+            name in _SKIPPED_NAMES
+            or name.endswith(_SKIPPED_SUFFIXES)
+            or name.startswith(_TRAINING_STATE_PREFIX)
+        ):
             continue
         weights[name] = reader.get_tensor(name)
     if weights and all(n.endswith(".ATTRIBUTES/VARIABLE_VALUE") for n in weights):
-        raise BertError(f"{prefix} is an object-based TF2 checkpoint; this loader reads "
-                        "Google-named checkpoints (convert it with convert_checkpoint.py).")
+        raise BertError(
+            f"{prefix} is an object-based TF2 checkpoint; this loader reads "
+            "Google-named checkpoints (convert it with convert_checkpoint.py)."
+        )
     return weights
 
 
 def read_hf_checkpoint(path: str) -> dict[str, np.ndarray]:
     """Model weights of a Hugging Face model.safetensors, renamed and transposed to Google's."""
     from safetensors.numpy import load_file
+
     path = os.fspath(path)
     file = path if path.endswith(".safetensors") else os.path.join(path, HF_WEIGHTS_NAME)
     if not os.path.isfile(file):
@@ -255,7 +274,8 @@ def read_hf_checkpoint(path: str) -> dict[str, np.ndarray]:
     if unknown:
         raise CheckpointMismatchError(
             f"{file} holds weights that are not part of a BERT model: {', '.join(sorted(unknown)[:20])}"
-            f"{' ...' if len(unknown) > 20 else ''}.")
+            f"{' ...' if len(unknown) > 20 else ''}."
+        )
     return weights
 
 
@@ -299,14 +319,16 @@ def _folder_of(path: str) -> str:
 
 # --- assignment ------------------------------------------------------------------------------
 
+
 def _listing(names, limit=12):
     names = sorted(names)
     shown = ", ".join(names[:limit])
     return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
-def assign_weights(model, weights: dict[str, np.ndarray], source: str,
-                   ignore_prefixes: tuple[str, ...] = ()) -> None:
+def assign_weights(
+    model, weights: dict[str, np.ndarray], source: str, ignore_prefixes: tuple[str, ...] = ()
+) -> None:
     """Sets every model variable from `weights` or raises CheckpointMismatchError.
 
     ignore_prefixes: checkpoint names that may be present without a home in the model (loading
@@ -315,9 +337,11 @@ def assign_weights(model, weights: dict[str, np.ndarray], source: str,
     variables = model_variables(model)
     missing = set(variables) - set(weights)
     unexpected = {n for n in set(weights) - set(variables) if not n.startswith(ignore_prefixes)}
-    misshaped = [f"{n} {tuple(weights[n].shape)} vs model {tuple(v.shape)}"
-                 for n, v in variables.items()
-                 if n in weights and tuple(weights[n].shape) != tuple(v.shape)]
+    misshaped = [
+        f"{n} {tuple(weights[n].shape)} vs model {tuple(v.shape)}"
+        for n, v in variables.items()
+        if n in weights and tuple(weights[n].shape) != tuple(v.shape)
+    ]
     problems = []
     if missing:
         problems.append(f"missing {_listing(missing)}")
@@ -338,8 +362,7 @@ def load_weights(model, path: str, ignore_prefixes: tuple[str, ...] | None = Non
     """
     if ignore_prefixes is None:
         ignore_prefixes = () if hasattr(model, "masked_lm") else ("cls/",)
-    assign_weights(model, read_checkpoint(path), source=os.fspath(path),
-                   ignore_prefixes=ignore_prefixes)
+    assign_weights(model, read_checkpoint(path), source=os.fspath(path), ignore_prefixes=ignore_prefixes)
 
 
 def check_vocab_size(config: BertConfig, vocab_size: int, vocab_source: str) -> None:
@@ -352,11 +375,14 @@ def check_vocab_size(config: BertConfig, vocab_size: int, vocab_source: str) -> 
     padding = config.vocab_size - vocab_size
     padded = 0 < padding < 128 and config.vocab_size % 8 == 0
     if padding != 0 and not padded:
-        raise BertError(f"{vocab_source} has {vocab_size} tokens but the model's vocab_size is "
-                        f"{config.vocab_size}: use the vocab the checkpoint was trained with.")
+        raise BertError(
+            f"{vocab_source} has {vocab_size} tokens but the model's vocab_size is "
+            f"{config.vocab_size}: use the vocab the checkpoint was trained with."
+        )
 
 
 # --- writers ---------------------------------------------------------------------------------
+
 
 def _model_arrays(model) -> dict[str, np.ndarray]:
     return {name: np.asarray(v.numpy()) for name, v in model_variables(model).items()}
@@ -365,6 +391,7 @@ def _model_arrays(model) -> dict[str, np.ndarray]:
 def write_tf_checkpoint(prefix: str, arrays: dict[str, np.ndarray]) -> str:
     """Writes a name-based TF checkpoint (prefix.index + prefix.data-00000-of-00001) atomically."""
     import tensorflow as tf
+
     prefix = os.fspath(prefix)
     os.makedirs(os.path.dirname(os.path.abspath(prefix)), exist_ok=True)
     # SaveV2 writes several files, so it fills a temporary folder beside the target; each file is
@@ -375,11 +402,14 @@ def write_tf_checkpoint(prefix: str, arrays: dict[str, np.ndarray]) -> str:
     os.makedirs(tmp)
     try:
         names = sorted(arrays)
-        tf.raw_ops.SaveV2(prefix=os.path.join(tmp, "ckpt"), tensor_names=names,
-                          shape_and_slices=[""] * len(names),
-                          tensors=[tf.convert_to_tensor(arrays[n]) for n in names])
+        tf.raw_ops.SaveV2(
+            prefix=os.path.join(tmp, "ckpt"),
+            tensor_names=names,
+            shape_and_slices=[""] * len(names),
+            tensors=[tf.convert_to_tensor(arrays[n]) for n in names],
+        )
         for f in sorted(os.listdir(tmp), key=lambda f: f.endswith(".index")):
-            commit(os.path.join(tmp, f), prefix + f[len("ckpt"):])
+            commit(os.path.join(tmp, f), prefix + f[len("ckpt") :])
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return prefix
@@ -394,8 +424,9 @@ def save_google(model, output_dir: str, vocab_file: str | None = None) -> str:
     return prefix
 
 
-def save_trainer_checkpoint(model, output_dir: str, step: int = 0, training_state: dict | None = None,
-                            vocab_file: str | None = None) -> str:
+def save_trainer_checkpoint(
+    model, output_dir: str, step: int = 0, training_state: dict | None = None, vocab_file: str | None = None
+) -> str:
     """The trainer's layout: ckpt-<step> (Google names + training_state/*), bert_config.json,
     and a `checkpoint` file naming the latest, so tf.train.latest_checkpoint finds it."""
     os.makedirs(output_dir, exist_ok=True)
@@ -406,14 +437,17 @@ def save_trainer_checkpoint(model, output_dir: str, step: int = 0, training_stat
     prefix = write_tf_checkpoint(os.path.join(output_dir, f"ckpt-{step}"), arrays)
     model.config.to_json_file(os.path.join(output_dir, BERT_CONFIG_NAME))
     _copy_vocab(vocab_file, output_dir)
-    write_text(os.path.join(output_dir, "checkpoint"),
-               f'model_checkpoint_path: "ckpt-{step}"\nall_model_checkpoint_paths: "ckpt-{step}"\n')
+    write_text(
+        os.path.join(output_dir, "checkpoint"),
+        f'model_checkpoint_path: "ckpt-{step}"\nall_model_checkpoint_paths: "ckpt-{step}"\n',
+    )
     return prefix
 
 
 def save_huggingface(model, output_dir: str, vocab_file: str | None = None) -> str:
     """model.safetensors + config.json as transformers' save_pretrained writes them."""
     from safetensors.numpy import save_file
+
     os.makedirs(output_dir, exist_ok=True)
     with_heads = hasattr(model, "masked_lm")
     prefix = "bert." if with_heads else ""
@@ -445,8 +479,15 @@ def _copy_vocab(vocab_file, output_dir):
 
 # --- conversion ------------------------------------------------------------------------------
 
-def convert_checkpoint(input_path: str, output_dir: str, output_format: str, config: BertConfig,
-                       vocab_file: str | None = None, encoder_only: bool = False) -> str:
+
+def convert_checkpoint(
+    input_path: str,
+    output_dir: str,
+    output_format: str,
+    config: BertConfig,
+    vocab_file: str | None = None,
+    encoder_only: bool = False,
+) -> str:
     """Reads `input_path` (any supported layout) strictly and writes it in `output_format`, a key
     of SAVERS; returns the written path.
 
@@ -462,9 +503,14 @@ def convert_checkpoint(input_path: str, output_dir: str, output_format: str, con
     weights = read_checkpoint(input_path)
     if vocab_file:
         from bert.tokenization import load_vocab
+
         check_vocab_size(config, len(load_vocab(vocab_file)), vocab_file)
     has_heads = any(name.startswith("cls/predictions/") for name in weights)
     model = BertPretrainer(config) if has_heads and not encoder_only else BertEncoder(config)
-    assign_weights(model, weights, source=input_path,
-                   ignore_prefixes=("cls/",) if not hasattr(model, "masked_lm") else ())
+    assign_weights(
+        model,
+        weights,
+        source=input_path,
+        ignore_prefixes=("cls/",) if not hasattr(model, "masked_lm") else (),
+    )
     return SAVERS[output_format](model, output_dir, vocab_file=vocab_file)

@@ -16,13 +16,33 @@ from common.files import read_json, write_text
 SUPPORTED_ACTIVATIONS = ("gelu", "gelu_new", "gelu_tanh", "gelu_pytorch_tanh", "relu")
 
 # Keys a Hugging Face config.json may carry that describe nothing our model computes.
-_HF_IGNORED_KEYS = frozenset({
-    "_name_or_path", "architectures", "model_type", "transformers_version", "pad_token_id",
-    "gradient_checkpointing", "position_embedding_type", "use_cache", "classifier_dropout",
-    "torch_dtype", "dtype", "id2label", "label2id", "bos_token_id", "eos_token_id",
-    "tie_word_embeddings", "is_decoder", "add_cross_attention", "chunk_size_feed_forward",
-    "output_attentions", "output_hidden_states", "return_dict", "problem_type",
-})
+_HF_IGNORED_KEYS = frozenset(
+    {
+        "_name_or_path",
+        "architectures",
+        "model_type",
+        "transformers_version",
+        "pad_token_id",
+        "gradient_checkpointing",
+        "position_embedding_type",
+        "use_cache",
+        "classifier_dropout",
+        "torch_dtype",
+        "dtype",
+        "id2label",
+        "label2id",
+        "bos_token_id",
+        "eos_token_id",
+        "tie_word_embeddings",
+        "is_decoder",
+        "add_cross_attention",
+        "chunk_size_feed_forward",
+        "output_attentions",
+        "output_hidden_states",
+        "return_dict",
+        "problem_type",
+    }
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,8 +64,15 @@ class BertConfig:
 
     def __post_init__(self):
         problems = []
-        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                     "intermediate_size", "max_position_embeddings", "type_vocab_size"):
+        for name in (
+            "vocab_size",
+            "hidden_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "intermediate_size",
+            "max_position_embeddings",
+            "type_vocab_size",
+        ):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 problems.append(f"{name} must be a positive integer (got {value!r})")
@@ -58,10 +85,14 @@ class BertConfig:
             if not isinstance(value, (int, float)) or value <= 0:
                 problems.append(f"{name} must be a positive number (got {value!r})")
         if self.hidden_act not in SUPPORTED_ACTIVATIONS:
-            problems.append(f"hidden_act {self.hidden_act!r} is not one of {', '.join(SUPPORTED_ACTIVATIONS)}")
-        if (not problems and self.hidden_size % self.num_attention_heads != 0):
-            problems.append(f"hidden_size {self.hidden_size} is not divisible by "
-                            f"num_attention_heads {self.num_attention_heads}")
+            problems.append(
+                f"hidden_act {self.hidden_act!r} is not one of {', '.join(SUPPORTED_ACTIVATIONS)}"
+            )
+        if not problems and self.hidden_size % self.num_attention_heads != 0:
+            problems.append(
+                f"hidden_size {self.hidden_size} is not divisible by "
+                f"num_attention_heads {self.num_attention_heads}"
+            )
         if problems:
             raise BertError("Invalid BERT config: " + "; ".join(problems) + ".")
 
@@ -75,8 +106,10 @@ class BertConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
-            raise BertError(f"{source}: unknown BERT config key(s) {', '.join(unknown)}; "
-                            f"expected only {', '.join(sorted(known))}.")
+            raise BertError(
+                f"{source}: unknown BERT config key(s) {', '.join(unknown)}; "
+                f"expected only {', '.join(sorted(known))}."
+            )
         if "vocab_size" not in values:
             raise BertError(f"{source}: the required key vocab_size is missing.")
         try:
@@ -111,8 +144,12 @@ class BertConfig:
     def to_hf_dict(self) -> dict[str, Any]:
         """The Hugging Face config.json equivalent (BertModel)."""
         values = self.to_dict()
-        values.update(architectures=["BertForPreTraining"], model_type="bert", pad_token_id=0,
-                      position_embedding_type="absolute")
+        values.update(
+            architectures=["BertForPreTraining"],
+            model_type="bert",
+            pad_token_id=0,
+            position_embedding_type="absolute",
+        )
         return values
 
 

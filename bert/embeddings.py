@@ -25,24 +25,29 @@ class BertEmbeddings(keras.layers.Layer):
         # Tables are created here, not in build(): their shapes come from the config alone and
         # checkpoint loaders need them before the first call.
         self.word_embeddings = self.add_weight(
-            name="word_embeddings", shape=(config.vocab_size, config.hidden_size), initializer=init)
+            name="word_embeddings", shape=(config.vocab_size, config.hidden_size), initializer=init
+        )
         self.position_embeddings = self.add_weight(
-            name="position_embeddings", shape=(config.max_position_embeddings, config.hidden_size),
-            initializer=init)
+            name="position_embeddings",
+            shape=(config.max_position_embeddings, config.hidden_size),
+            initializer=init,
+        )
         self.token_type_embeddings = self.add_weight(
-            name="token_type_embeddings", shape=(config.type_vocab_size, config.hidden_size),
-            initializer=init)
+            name="token_type_embeddings", shape=(config.type_vocab_size, config.hidden_size), initializer=init
+        )
         self.layer_norm = LayerNorm(config.layer_norm_eps, name="LayerNorm", dtype=self.dtype_policy)
-        self.dropout = keras.layers.Dropout(config.hidden_dropout_prob, name="dropout", dtype=self.dtype_policy)
+        self.dropout = keras.layers.Dropout(
+            config.hidden_dropout_prob, name="dropout", dtype=self.dtype_policy
+        )
 
     def build(self, input_shape):
         self.layer_norm.build((None, None, self.config.hidden_size))
 
     def call(self, input_ids, segment_ids, training=False):
         seq_len = ops.shape(input_ids)[1]
-        x = ops.take(self.word_embeddings, input_ids, axis=0)                  # [B, S, D]
-        x = x + ops.take(self.token_type_embeddings, segment_ids, axis=0)      # [B, S, D]
-        x = x + self.position_embeddings[:seq_len][None]                       # [1, S, D]
+        x = ops.take(self.word_embeddings, input_ids, axis=0)  # [B, S, D]
+        x = x + ops.take(self.token_type_embeddings, segment_ids, axis=0)  # [B, S, D]
+        x = x + self.position_embeddings[:seq_len][None]  # [1, S, D]
         x = self.layer_norm(x)
         x = ops.cast(x, self.compute_dtype)
         return self.dropout(x, training=training)

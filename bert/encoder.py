@@ -29,8 +29,7 @@ class BertEncoder(keras.Model):
         policy = self.dtype_policy
         self.embeddings = BertEmbeddings(config, name="embeddings", dtype=policy)
         self.transformer_layers = [
-            TransformerLayer(config, name=f"layer_{i}", dtype=policy)
-            for i in range(config.num_hidden_layers)
+            TransformerLayer(config, name=f"layer_{i}", dtype=policy) for i in range(config.num_hidden_layers)
         ]
         self.pooler = dense(config.hidden_size, config, "pooler_dense", policy, activation="tanh")
         self.build_weights()
@@ -52,13 +51,13 @@ class BertEncoder(keras.Model):
         input_mask = inputs.get("input_mask")
         if input_mask is None:
             input_mask = ops.ones_like(input_ids)
-        attention_bias = attention_bias_from_mask(input_mask)                  # [B, 1, 1, S]
-        x = self.embeddings(input_ids, segment_ids, training=training)         # [B, S, D]
+        attention_bias = attention_bias_from_mask(input_mask)  # [B, 1, 1, S]
+        x = self.embeddings(input_ids, segment_ids, training=training)  # [B, S, D]
         layer_outputs = []
         for layer in self.transformer_layers:
-            x = layer(x, attention_bias, training=training)                    # [B, S, D]
+            x = layer(x, attention_bias, training=training)  # [B, S, D]
             layer_outputs.append(x)
-        pooled = self.pooler(x[:, 0, :])                                       # [B, D]
+        pooled = self.pooler(x[:, 0, :])  # [B, D]
         return {"sequence_output": x, "pooled_output": pooled, "encoder_outputs": layer_outputs}
 
     def get_config(self):

@@ -37,15 +37,27 @@ class MaskedLMHead(keras.layers.Layer):
         self.config = config = as_bert_config(config)
         if word_embeddings is None:
             init = keras.initializers.TruncatedNormal(stddev=config.initializer_range)
-            word_embeddings = self.add_weight(name="word_embeddings", initializer=init,
-                                              shape=(config.vocab_size, config.hidden_size))
-        self.word_embeddings = word_embeddings                                 # [V, D]
-        self.transform = dense(config.hidden_size, config, "transform_dense", self.dtype_policy,
-                               activation=get_activation(config.hidden_act))
-        self.layer_norm = LayerNorm(config.layer_norm_eps, name="transform_LayerNorm",
-                                    dtype=self.dtype_policy)
-        self.output_bias = self.add_weight(name="output_bias", shape=(config.vocab_size,),
-                                           initializer="zeros", dtype="float32", autocast=False)
+            word_embeddings = self.add_weight(
+                name="word_embeddings", initializer=init, shape=(config.vocab_size, config.hidden_size)
+            )
+        self.word_embeddings = word_embeddings  # [V, D]
+        self.transform = dense(
+            config.hidden_size,
+            config,
+            "transform_dense",
+            self.dtype_policy,
+            activation=get_activation(config.hidden_act),
+        )
+        self.layer_norm = LayerNorm(
+            config.layer_norm_eps, name="transform_LayerNorm", dtype=self.dtype_policy
+        )
+        self.output_bias = self.add_weight(
+            name="output_bias",
+            shape=(config.vocab_size,),
+            initializer="zeros",
+            dtype="float32",
+            autocast=False,
+        )
 
     def build(self, input_shape):
         d = self.config.hidden_size
@@ -53,10 +65,10 @@ class MaskedLMHead(keras.layers.Layer):
         self.layer_norm.build((None, None, d))
 
     def call(self, sequence_output, masked_lm_positions):
-        x = gather_positions(sequence_output, masked_lm_positions)             # [B, P, D]
-        x = self.layer_norm(self.transform(x))                                 # [B, P, D]
-        table = ops.cast(self.word_embeddings, self.compute_dtype)             # [V, D]
-        logits = ops.matmul(x, ops.transpose(table))                           # [B, P, V]
+        x = gather_positions(sequence_output, masked_lm_positions)  # [B, P, D]
+        x = self.layer_norm(self.transform(x))  # [B, P, D]
+        table = ops.cast(self.word_embeddings, self.compute_dtype)  # [V, D]
+        logits = ops.matmul(x, ops.transpose(table))  # [B, P, V]
         return ops.cast(logits, "float32") + self.output_bias
 
     def get_config(self):
@@ -71,14 +83,16 @@ class NextSentenceHead(keras.layers.Layer):
         super().__init__(autocast=False, **kwargs)  # see MaskedLMHead
         self.config = config = as_bert_config(config)
         init = keras.initializers.TruncatedNormal(stddev=config.initializer_range)
-        self.output_weights = self.add_weight(name="output_weights", shape=(2, config.hidden_size),
-                                              initializer=init)
-        self.output_bias = self.add_weight(name="output_bias", shape=(2,), initializer="zeros",
-                                           dtype="float32", autocast=False)
+        self.output_weights = self.add_weight(
+            name="output_weights", shape=(2, config.hidden_size), initializer=init
+        )
+        self.output_bias = self.add_weight(
+            name="output_bias", shape=(2,), initializer="zeros", dtype="float32", autocast=False
+        )
 
     def call(self, pooled_output):
         w = ops.cast(self.output_weights, self.compute_dtype)
-        logits = ops.matmul(pooled_output, ops.transpose(w))                   # [B, 2]
+        logits = ops.matmul(pooled_output, ops.transpose(w))  # [B, 2]
         return ops.cast(logits, "float32") + self.output_bias
 
     def get_config(self):
@@ -98,7 +112,7 @@ class SpanHead(keras.layers.Layer):
         self.dense.build((None, None, self.config.hidden_size))
 
     def call(self, sequence_output):
-        logits = ops.cast(self.dense(sequence_output), "float32")              # [B, S, 2]
+        logits = ops.cast(self.dense(sequence_output), "float32")  # [B, S, 2]
         return {"start_logits": logits[:, :, 0], "end_logits": logits[:, :, 1]}
 
     def get_config(self):
@@ -113,7 +127,9 @@ class ClassifierHead(keras.layers.Layer):
         super().__init__(**kwargs)
         self.config = config = as_bert_config(config)
         self.num_classes = num_classes
-        self.dropout = keras.layers.Dropout(config.hidden_dropout_prob, name="dropout", dtype=self.dtype_policy)
+        self.dropout = keras.layers.Dropout(
+            config.hidden_dropout_prob, name="dropout", dtype=self.dtype_policy
+        )
         self.dense = dense(num_classes, config, "dense", self.dtype_policy)
 
     def build(self, input_shape):

@@ -21,10 +21,12 @@ class LayerNorm(keras.layers.Layer):
 
     def build(self, input_shape):
         dim = input_shape[-1]
-        self.gamma = self.add_weight(name="gamma", shape=(dim,), initializer="ones", dtype="float32",
-                                     autocast=False)
-        self.beta = self.add_weight(name="beta", shape=(dim,), initializer="zeros", dtype="float32",
-                                    autocast=False)
+        self.gamma = self.add_weight(
+            name="gamma", shape=(dim,), initializer="ones", dtype="float32", autocast=False
+        )
+        self.beta = self.add_weight(
+            name="beta", shape=(dim,), initializer="zeros", dtype="float32", autocast=False
+        )
 
     def call(self, x):
         x32 = ops.cast(x, "float32")

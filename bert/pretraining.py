@@ -25,8 +25,9 @@ class BertPretrainer(keras.Model):
         self.config = config = as_bert_config(config)
         self.encoder = encoder if encoder is not None else BertEncoder(config, dtype=dtype)
         policy = self.dtype_policy
-        self.masked_lm = MaskedLMHead(config, self.encoder.embeddings.word_embeddings,
-                                      name="cls_predictions", dtype=policy)
+        self.masked_lm = MaskedLMHead(
+            config, self.encoder.embeddings.word_embeddings, name="cls_predictions", dtype=policy
+        )
         self.next_sentence = NextSentenceHead(config, name="cls_seq_relationship", dtype=policy)
         self.masked_lm.build(None)
         self.built = True
@@ -41,8 +42,11 @@ class BertPretrainer(keras.Model):
     def get_config(self):
         # The encoder is a layer: stored as its own serialized config, as keras-hub stores a
         # task's backbone.
-        return {**super().get_config(), "config": self.config.to_dict(),
-                "encoder": keras.saving.serialize_keras_object(self.encoder)}
+        return {
+            **super().get_config(),
+            "config": self.config.to_dict(),
+            "encoder": keras.saving.serialize_keras_object(self.encoder),
+        }
 
     @classmethod
     def from_config(cls, config):
@@ -61,22 +65,26 @@ def pretraining_losses(outputs, features):
     nsp_loss_sum over sequences, so a trainer can normalise by counts over many micro-batches and
     workers instead of averaging per-batch means.
     """
-    mlm_logits = outputs["mlm_logits"]                                         # [B, P, V]
-    labels = ops.cast(features["masked_lm_ids"], "int32")                      # [B, P]
-    weights = ops.cast(features["masked_lm_weights"], "float32")               # [B, P]
-    log_probs = ops.log_softmax(mlm_logits, axis=-1)                           # [B, P, V]
-    label_log_probs = ops.squeeze(
-        ops.take_along_axis(log_probs, labels[:, :, None], axis=-1), -1)       # [B, P]
+    mlm_logits = outputs["mlm_logits"]  # [B, P, V]
+    labels = ops.cast(features["masked_lm_ids"], "int32")  # [B, P]
+    weights = ops.cast(features["masked_lm_weights"], "float32")  # [B, P]
+    log_probs = ops.log_softmax(mlm_logits, axis=-1)  # [B, P, V]
+    label_log_probs = ops.squeeze(ops.take_along_axis(log_probs, labels[:, :, None], axis=-1), -1)  # [B, P]
     mlm_loss_sum = -ops.sum(label_log_probs * weights)
     masked_tokens = ops.sum(weights)
     mlm_loss = mlm_loss_sum / (masked_tokens + 1e-5)
 
     nsp_labels = ops.cast(ops.reshape(features["next_sentence_labels"], (-1,)), "int32")  # [B]
-    nsp_log_probs = ops.log_softmax(outputs["nsp_logits"], axis=-1)            # [B, 2]
-    nsp_loss_sum = -ops.sum(ops.squeeze(
-        ops.take_along_axis(nsp_log_probs, nsp_labels[:, None], axis=-1), -1))
+    nsp_log_probs = ops.log_softmax(outputs["nsp_logits"], axis=-1)  # [B, 2]
+    nsp_loss_sum = -ops.sum(ops.squeeze(ops.take_along_axis(nsp_log_probs, nsp_labels[:, None], axis=-1), -1))
     sequences = ops.cast(ops.size(nsp_labels), "float32")
     nsp_loss = nsp_loss_sum / sequences
-    return {"loss": mlm_loss + nsp_loss, "mlm_loss": mlm_loss, "nsp_loss": nsp_loss,
-            "mlm_loss_sum": mlm_loss_sum, "masked_tokens": masked_tokens,
-            "nsp_loss_sum": nsp_loss_sum, "sequences": sequences}
+    return {
+        "loss": mlm_loss + nsp_loss,
+        "mlm_loss": mlm_loss,
+        "nsp_loss": nsp_loss,
+        "mlm_loss_sum": mlm_loss_sum,
+        "masked_tokens": masked_tokens,
+        "nsp_loss_sum": nsp_loss_sum,
+        "sequences": sequences,
+    }

@@ -183,9 +183,7 @@ class SentencePieceTokenizer(_TokenizerBase):
         try:
             processor.Load(spm_model_file)
         except (OSError, RuntimeError) as e:
-            raise BertError(
-                f"{spm_model_file!r} is not a readable SentencePiece model: {e}."
-            ) from e
+            raise BertError(f"{spm_model_file!r} is not a readable SentencePiece model: {e}.") from e
         vocab = {processor.IdToPiece(i): i for i in range(processor.GetPieceSize())}
         self._init_vocab(vocab, spm_model_file)
         self.do_lower_case = do_lower_case
@@ -253,9 +251,7 @@ def encode_pair(tokenizer, text_a, text_b=None, *, max_seq_length):
     tokens_b = tokenizer.tokenize(text_b) if text_b else None
     specials = 3 if tokens_b is not None else 2
     if max_seq_length < specials:
-        raise BertError(
-            f"max_seq_length={max_seq_length} leaves no room for the {specials} special tokens."
-        )
+        raise BertError(f"max_seq_length={max_seq_length} leaves no room for the {specials} special tokens.")
     if tokens_b is not None:
         truncate_pair_longest_first(tokens_a, tokens_b, max_seq_length - 3)
     else:

@@ -22,10 +22,16 @@ class TransformerLayer(keras.layers.Layer):
         policy = self.dtype_policy
         self.attention = SelfAttention(config, name="attention_self", dtype=policy)
         self.attention_output = dense(config.hidden_size, config, "attention_output_dense", policy)
-        self.attention_layer_norm = LayerNorm(config.layer_norm_eps, name="attention_output_LayerNorm",
-                                              dtype=policy)
-        self.intermediate = dense(config.intermediate_size, config, "intermediate_dense", policy,
-                                  activation=get_activation(config.hidden_act))
+        self.attention_layer_norm = LayerNorm(
+            config.layer_norm_eps, name="attention_output_LayerNorm", dtype=policy
+        )
+        self.intermediate = dense(
+            config.intermediate_size,
+            config,
+            "intermediate_dense",
+            policy,
+            activation=get_activation(config.hidden_act),
+        )
         self.output_dense = dense(config.hidden_size, config, "output_dense", policy)
         self.output_layer_norm = LayerNorm(config.layer_norm_eps, name="output_LayerNorm", dtype=policy)
         self.dropout = keras.layers.Dropout(config.hidden_dropout_prob, name="dropout", dtype=policy)
@@ -40,11 +46,11 @@ class TransformerLayer(keras.layers.Layer):
         self.output_layer_norm.build((None, None, d))
 
     def call(self, x, attention_bias, training=False):
-        context = self.attention(x, attention_bias, training=training)         # [B, S, D]
+        context = self.attention(x, attention_bias, training=training)  # [B, S, D]
         attended = self.dropout(self.attention_output(context), training=training)
-        x = self.attention_layer_norm(x + attended)                             # [B, S, D]
-        hidden = self.intermediate(x)                                           # [B, S, I]
-        out = self.dropout(self.output_dense(hidden), training=training)        # [B, S, D]
+        x = self.attention_layer_norm(x + attended)  # [B, S, D]
+        hidden = self.intermediate(x)  # [B, S, I]
+        out = self.dropout(self.output_dense(hidden), training=training)  # [B, S, D]
         return self.output_layer_norm(x + out)
 
     def get_config(self):

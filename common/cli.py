@@ -54,8 +54,11 @@ def main(define_flags, run, argv=None, doc: str | None = None, prog: str | None 
         print(f"{prog}: error: {e}", file=sys.stderr, flush=True)
         return 2
     except KeyboardInterrupt:
-        print(f"{prog}: interrupted; completed outputs are kept, re-run the same command to continue.",
-              file=sys.stderr, flush=True)
+        print(
+            f"{prog}: interrupted; completed outputs are kept, re-run the same command to continue.",
+            file=sys.stderr,
+            flush=True,
+        )
         return 130
 
 

@@ -96,8 +96,9 @@ def atomic_write(path: str, mode: str = "w", encoding: str | None = "utf-8", new
     without an error (text mode by default; "wb" for bytes)."""
     binary = "b" in mode
     with atomic_path(path) as temporary:
-        with open(temporary, mode, encoding=None if binary else encoding,
-                  newline=None if binary else newline) as f:
+        with open(
+            temporary, mode, encoding=None if binary else encoding, newline=None if binary else newline
+        ) as f:
             yield f
 
 
@@ -182,5 +183,7 @@ def ensure_writable_dir(directory: str, what: str = "output directory") -> None:
         reason = e.strerror or str(e)
         if e.errno in (errno.ENOTDIR, errno.EEXIST):
             reason = "a path component is a file, not a directory"
-        raise UserError(f"Cannot write to the {what} {directory!r} ({reason}); choose a writable "
-                        f"directory or fix its permissions.") from None
+        raise UserError(
+            f"Cannot write to the {what} {directory!r} ({reason}); choose a writable "
+            f"directory or fix its permissions."
+        ) from None

@@ -21,8 +21,16 @@ from tqdm import tqdm
 class Progress:
     """Counts work done towards an optional `total` in `unit`s; cheap enough to call per document."""
 
-    def __init__(self, desc: str, total: float | None = None, unit: str = "B", stream=None,
-                 is_tty: bool | None = None, log_interval: float = 30.0, enabled: bool = True):
+    def __init__(
+        self,
+        desc: str,
+        total: float | None = None,
+        unit: str = "B",
+        stream=None,
+        is_tty: bool | None = None,
+        log_interval: float = 30.0,
+        enabled: bool = True,
+    ):
         self.desc = desc
         self.total = total or None
         self.unit = unit
@@ -39,8 +47,16 @@ class Progress:
         self._scale = unit == "B"  # bytes read best as k/M/G; counts of things stay exact
         self._bar = None
         if enabled and is_tty:
-            self._bar = tqdm(desc=desc, total=self.total, unit=unit, unit_scale=self._scale,
-                             file=self.stream, dynamic_ncols=True, mininterval=0.1, leave=True)
+            self._bar = tqdm(
+                desc=desc,
+                total=self.total,
+                unit=unit,
+                unit_scale=self._scale,
+                file=self.stream,
+                dynamic_ncols=True,
+                mininterval=0.1,
+                leave=True,
+            )
 
     def __enter__(self):
         return self
@@ -65,8 +81,9 @@ class Progress:
         """The current status as one line of text: done/total, rate, elapsed<remaining."""
         elapsed = max(1e-9, (now or time.monotonic()) - self.start)
         total = self.total if self.total and self.done <= self.total else None
-        return tqdm.format_meter(self.done, total, elapsed, ncols=0, prefix=self.desc, unit=self.unit,
-                                 unit_scale=self._scale)
+        return tqdm.format_meter(
+            self.done, total, elapsed, ncols=0, prefix=self.desc, unit=self.unit, unit_scale=self._scale
+        )
 
     def _print_line(self, now: float) -> None:
         self.stream.write(self.line(now) + "\n")
@@ -84,6 +101,7 @@ class Progress:
 
 def summary(stage: str, stats: dict, stream=None) -> str:
     """Prints and returns one line `[stage] done: key=value ...` (ints with thousands separators)."""
+
     def fmt(value):
         if isinstance(value, bool):
             return str(value)

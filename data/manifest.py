@@ -96,8 +96,9 @@ class Manifest:
     def counts(self, relpath: str) -> dict:
         return dict(self.outputs.get(relpath, {}).get("counts", {}))
 
-    def record(self, relpath: str, counts: dict | None = None, sha256: str | None = None,
-               save: bool = True) -> None:
+    def record(
+        self, relpath: str, counts: dict | None = None, sha256: str | None = None, save: bool = True
+    ) -> None:
         """Records a finished output (hashing it unless `sha256` is given) and saves the manifest."""
         path = self.abspath(relpath)
         self.outputs[relpath] = {
@@ -127,8 +128,12 @@ class Manifest:
         return total
 
     def save(self) -> None:
-        data = {"stage": self.stage, "params": self.params, "complete": self.complete,
-                "outputs": dict(sorted(self.outputs.items()))}
+        data = {
+            "stage": self.stage,
+            "params": self.params,
+            "complete": self.complete,
+            "outputs": dict(sorted(self.outputs.items())),
+        }
         os.makedirs(self.directory, exist_ok=True)
         write_text(self.path, json.dumps(data, indent=1, sort_keys=False) + "\n")
 

@@ -11,8 +11,10 @@ class GradientAccumulator:
     """
 
     def __init__(self, variables):
-        self.sums = [tf.Variable(tf.zeros(v.shape, tf.float32), trainable=False,
-                                 name=f"accumulator_{i}") for i, v in enumerate(variables)]
+        self.sums = [
+            tf.Variable(tf.zeros(v.shape, tf.float32), trainable=False, name=f"accumulator_{i}")
+            for i, v in enumerate(variables)
+        ]
         self.count = tf.Variable(0, dtype=tf.int64, trainable=False, name="accumulated_micro_batches")
 
     def add(self, gradients):

@@ -50,10 +50,18 @@ class DecoupledWeightDecayAdam(keras.optimizers.Optimizer):
 
     bias_correction = True
 
-    def __init__(self, learning_rate=1e-3, weight_decay: float = 0.01, beta_1: float = 0.9,
-                 beta_2: float = 0.999, epsilon: float = 1e-6,
-                 exclude_from_weight_decay: Sequence[str] = DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY,
-                 clip_global_norm: float | None = 1.0, name: str | None = None, **kwargs):
+    def __init__(
+        self,
+        learning_rate=1e-3,
+        weight_decay: float = 0.01,
+        beta_1: float = 0.9,
+        beta_2: float = 0.999,
+        epsilon: float = 1e-6,
+        exclude_from_weight_decay: Sequence[str] = DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY,
+        clip_global_norm: float | None = 1.0,
+        name: str | None = None,
+        **kwargs,
+    ):
         for key, why in _OWNED_ELSEWHERE.items():
             if kwargs.get(key) is not None:
                 raise ValueError(f"{type(self).__name__} does not take {key}= ({why}).")
@@ -70,8 +78,13 @@ class DecoupledWeightDecayAdam(keras.optimizers.Optimizer):
             learning_rate = float(learning_rate)
         # The base class's own weight_decay stays None: it would decay every variable a second
         # time, before update_step, with Keras' name-based rule instead of ours.
-        super().__init__(learning_rate=learning_rate, weight_decay=None,
-                         global_clipnorm=clip_global_norm, name=name, **kwargs)
+        super().__init__(
+            learning_rate=learning_rate,
+            weight_decay=None,
+            global_clipnorm=clip_global_norm,
+            name=name,
+            **kwargs,
+        )
         self.weight_decay_rate = float(weight_decay)
         self.beta_1 = float(beta_1)
         self.beta_2 = float(beta_2)
@@ -89,9 +102,11 @@ class DecoupledWeightDecayAdam(keras.optimizers.Optimizer):
             return
         not_float32 = [variable_path(v) for v in var_list if v.dtype != "float32"]
         if not_float32:
-            raise ValueError(f"{type(self).__name__} keeps float32 master weights, but "
-                             f"{', '.join(not_float32[:3])} are not float32; build the model with a "
-                             "mixed_float16 / mixed_bfloat16 policy instead of a float16 one.")
+            raise ValueError(
+                f"{type(self).__name__} keeps float32 master weights, but "
+                f"{', '.join(not_float32[:3])} are not float32; build the model with a "
+                "mixed_float16 / mixed_bfloat16 policy instead of a float16 one."
+            )
         paths = [variable_path(v) for v in var_list]
         # Inside update_step the TF backend hands over the raw tf.Variable (no Keras path), so
         # the decision is made here, once, and looked up by the variable's index.
@@ -146,14 +161,16 @@ class DecoupledWeightDecayAdam(keras.optimizers.Optimizer):
     def get_config(self):
         config = super().get_config()
         del config["global_clipnorm"]
-        config.update({
-            "weight_decay": self.weight_decay_rate,
-            "beta_1": self.beta_1,
-            "beta_2": self.beta_2,
-            "epsilon": self.epsilon,
-            "exclude_from_weight_decay": list(self.exclude_patterns),
-            "clip_global_norm": self.clip_global_norm,
-        })
+        config.update(
+            {
+                "weight_decay": self.weight_decay_rate,
+                "beta_1": self.beta_1,
+                "beta_2": self.beta_2,
+                "epsilon": self.epsilon,
+                "exclude_from_weight_decay": list(self.exclude_patterns),
+                "clip_global_norm": self.clip_global_norm,
+            }
+        )
         return config
 
 

@@ -13,10 +13,18 @@ from optimization.weight_decay import DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY
 OPTIMIZERS = {"lamb": LAMB, "adamw": AdamW, "adam_weight_decay": AdamWeightDecay}
 
 
-def create_optimizer(name: str, learning_rate, *, weight_decay: float = 0.01, beta_1: float = 0.9,
-                     beta_2: float = 0.999, epsilon: float = 1e-6,
-                     exclude_from_weight_decay: Sequence[str] = DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY,
-                     clip_global_norm: float | None = 1.0, **kwargs) -> keras.optimizers.Optimizer:
+def create_optimizer(
+    name: str,
+    learning_rate,
+    *,
+    weight_decay: float = 0.01,
+    beta_1: float = 0.9,
+    beta_2: float = 0.999,
+    epsilon: float = 1e-6,
+    exclude_from_weight_decay: Sequence[str] = DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY,
+    clip_global_norm: float | None = 1.0,
+    **kwargs,
+) -> keras.optimizers.Optimizer:
     """A Keras optimizer: "lamb" (pretraining), "adam_weight_decay" (Google's fine-tuning Adam,
     no bias correction) or "adamw" (bias-corrected, decoupled decay).
 
@@ -30,6 +38,13 @@ def create_optimizer(name: str, learning_rate, *, weight_decay: float = 0.01, be
     """
     if name not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer {name!r}; expected one of {', '.join(OPTIMIZERS)}.")
-    return OPTIMIZERS[name](learning_rate, weight_decay=weight_decay, beta_1=beta_1, beta_2=beta_2,
-                            epsilon=epsilon, exclude_from_weight_decay=exclude_from_weight_decay,
-                            clip_global_norm=clip_global_norm, **kwargs)
+    return OPTIMIZERS[name](
+        learning_rate,
+        weight_decay=weight_decay,
+        beta_1=beta_1,
+        beta_2=beta_2,
+        epsilon=epsilon,
+        exclude_from_weight_decay=exclude_from_weight_decay,
+        clip_global_norm=clip_global_norm,
+        **kwargs,
+    )

@@ -11,12 +11,13 @@ import tensorflow as tf
 
 
 class DynamicLossScale:
-    def __init__(self, enabled=True, initial_scale=2.0 ** 15, growth_interval=2000, factor=2.0):
+    def __init__(self, enabled=True, initial_scale=2.0**15, growth_interval=2000, factor=2.0):
         self.enabled = enabled
         self.growth_interval = growth_interval
         self.factor = factor
-        self.scale = tf.Variable(initial_scale if enabled else 1.0, dtype=tf.float32,
-                                 trainable=False, name="loss_scale")
+        self.scale = tf.Variable(
+            initial_scale if enabled else 1.0, dtype=tf.float32, trainable=False, name="loss_scale"
+        )
         self.good_steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="good_steps")
         self.skipped_steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="skipped_steps")
 
@@ -40,11 +41,20 @@ class DynamicLossScale:
         if not self.enabled:
             return
         grow = tf.logical_and(finite, self.good_steps + 1 >= self.growth_interval)
-        self.scale.assign(tf.where(finite, tf.where(grow, self.scale * self.factor, self.scale),
-                                   tf.maximum(self.scale / self.factor, 1.0)))
-        self.good_steps.assign(tf.where(finite, tf.where(grow, tf.constant(0, tf.int64),
-                                                         self.good_steps + 1),
-                                        tf.constant(0, tf.int64)))
+        self.scale.assign(
+            tf.where(
+                finite,
+                tf.where(grow, self.scale * self.factor, self.scale),
+                tf.maximum(self.scale / self.factor, 1.0),
+            )
+        )
+        self.good_steps.assign(
+            tf.where(
+                finite,
+                tf.where(grow, tf.constant(0, tf.int64), self.good_steps + 1),
+                tf.constant(0, tf.int64),
+            )
+        )
         self.skipped_steps.assign_add(tf.where(finite, tf.constant(0, tf.int64), tf.constant(1, tf.int64)))
 
     @property

@@ -24,19 +24,28 @@ class WarmupPolynomialDecay(keras.optimizers.schedules.LearningRateSchedule):
     that rescaling is 1, so LAMB matches both.) Power 0.5 for LAMB, 1.0 for Adam.
     """
 
-    def __init__(self, peak_learning_rate: float, warmup_steps: int, total_steps: int, power: float,
-                 end_learning_rate: float = 0.0):
+    def __init__(
+        self,
+        peak_learning_rate: float,
+        warmup_steps: int,
+        total_steps: int,
+        power: float,
+        end_learning_rate: float = 0.0,
+    ):
         if not peak_learning_rate > 0:
             raise ValueError(f"peak_learning_rate must be > 0 (got {peak_learning_rate}).")
         if int(total_steps) != total_steps or total_steps < 1:
             raise ValueError(f"total_steps must be an integer >= 1 (got {total_steps}).")
         if int(warmup_steps) != warmup_steps or not 0 <= warmup_steps <= total_steps:
-            raise ValueError(f"warmup_steps must be an integer in [0, total_steps={total_steps}] "
-                             f"(got {warmup_steps}).")
+            raise ValueError(
+                f"warmup_steps must be an integer in [0, total_steps={total_steps}] (got {warmup_steps})."
+            )
         if not power > 0:
             raise ValueError(f"power must be > 0 (got {power}).")
         if not 0 <= end_learning_rate <= peak_learning_rate:
-            raise ValueError(f"end_learning_rate must be in [0, peak_learning_rate] (got {end_learning_rate}).")
+            raise ValueError(
+                f"end_learning_rate must be in [0, peak_learning_rate] (got {end_learning_rate})."
+            )
         self.peak_learning_rate = float(peak_learning_rate)
         self.warmup_steps = int(warmup_steps)
         self.total_steps = int(total_steps)
@@ -51,8 +60,9 @@ class WarmupPolynomialDecay(keras.optimizers.schedules.LearningRateSchedule):
         # last step was 1.5e-4 * peak instead of 0.
         steps_left = tf.cast(self.total_steps - tf.minimum(step, self.total_steps), tf.float32)
         left = steps_left / float(self.total_steps)
-        decayed = ((self.peak_learning_rate - self.end_learning_rate) * tf.pow(left, self.power)
-                   + self.end_learning_rate)
+        decayed = (self.peak_learning_rate - self.end_learning_rate) * tf.pow(
+            left, self.power
+        ) + self.end_learning_rate
         if self.warmup_steps == 0:
             return decayed
         warmup = self.peak_learning_rate * (step_float / float(self.warmup_steps))  # Google's order

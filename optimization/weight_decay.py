@@ -50,5 +50,6 @@ def weight_decay_mask(paths: Sequence[str], patterns: Sequence[str]) -> list[boo
         examples = ", ".join(paths[:4]) + (", ..." if len(paths) > 4 else "")
         raise ValueError(
             f"exclude_from_weight_decay pattern(s) {', '.join(repr(p) for p in unmatched)} match no "
-            f"variable path ({len(paths)} variables, e.g. {examples}); fix or remove the pattern.")
+            f"variable path ({len(paths)} variables, e.g. {examples}); fix or remove the pattern."
+        )
     return [not is_excluded(path, patterns) for path in paths]

@@ -49,8 +49,14 @@ def minilm_dir():
 
 @pytest.fixture(scope="session")
 def tiny_config():
-    return BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                      intermediate_size=64, max_position_embeddings=64)
+    return BertConfig(
+        vocab_size=99,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
 
 
 def random_batch(config, batch=2, seq=16, predictions=4, seed=0):
@@ -58,12 +64,14 @@ def random_batch(config, batch=2, seq=16, predictions=4, seed=0):
     rng = np.random.default_rng(seed)
     ids = rng.integers(5, config.vocab_size, (batch, seq)).astype("int32")
     mask = np.ones((batch, seq), "int32")
-    mask[1, seq // 2:] = 0
+    mask[1, seq // 2 :] = 0
     ids[mask == 0] = 0
     segments = np.zeros((batch, seq), "int32")
-    segments[:, seq // 4: seq // 2] = 1
+    segments[:, seq // 4 : seq // 2] = 1
     return {
-        "input_ids": ids, "input_mask": mask, "segment_ids": segments,
+        "input_ids": ids,
+        "input_mask": mask,
+        "segment_ids": segments,
         "masked_lm_positions": rng.integers(1, seq // 2, (batch, predictions)).astype("int32"),
         "masked_lm_ids": rng.integers(5, config.vocab_size, (batch, predictions)).astype("int32"),
         "masked_lm_weights": np.array([[1, 1, 1, 0]] * batch, "float32")[:, :predictions],

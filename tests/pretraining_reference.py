@@ -7,13 +7,31 @@ import random
 
 import pytest
 
-from data.pretraining import native
-from data.pretraining import schema, tfrecord
+from data.pretraining import native, schema, tfrecord
 from data.pretraining.instances import InstanceOptions, TrainingInstance
 from data.pretraining.masking import MaskingVocab
 
-TINY_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b", "c", "d", "e", "f", "g", "h",
-               "un", "##aff", "##able", "x", "y", "##z"]
+TINY_TOKENS = [
+    "[PAD]",
+    "[UNK]",
+    "[CLS]",
+    "[SEP]",
+    "[MASK]",
+    "a",
+    "b",
+    "c",
+    "d",
+    "e",
+    "f",
+    "g",
+    "h",
+    "un",
+    "##aff",
+    "##able",
+    "x",
+    "y",
+    "##z",
+]
 TINY_VOCAB = {t: i for i, t in enumerate(TINY_TOKENS)}
 STRINGS = MaskingVocab.of_strings(TINY_VOCAB)
 
@@ -54,8 +72,9 @@ class ScriptedRng:
 
 
 def options(**kw):
-    base = dict(max_seq_length=16, max_predictions_per_seq=3, masked_lm_prob=0.0, short_seq_prob=0.0,
-                dupe_factor=1)
+    base = dict(
+        max_seq_length=16, max_predictions_per_seq=3, masked_lm_prob=0.0, short_seq_prob=0.0, dupe_factor=1
+    )
     base.update(kw)
     return InstanceOptions(**base)
 
@@ -63,24 +82,50 @@ def options(**kw):
 # ---- an independent transcription of Google's create_pretraining_data.py --------------------
 
 
-def google_create_training_instances(all_documents, rng, max_seq_length, dupe_factor, short_seq_prob,
-                                     masked_lm_prob, max_predictions_per_seq, vocab_words,
-                                     do_whole_word_mask):
+def google_create_training_instances(
+    all_documents,
+    rng,
+    max_seq_length,
+    dupe_factor,
+    short_seq_prob,
+    masked_lm_prob,
+    max_predictions_per_seq,
+    vocab_words,
+    do_whole_word_mask,
+):
     all_documents = [x for x in all_documents if x]
     rng.shuffle(all_documents)
     instances = []
     for _ in range(dupe_factor):
         for document_index in range(len(all_documents)):
-            instances.extend(google_create_instances_from_document(
-                all_documents, document_index, max_seq_length, short_seq_prob, masked_lm_prob,
-                max_predictions_per_seq, vocab_words, rng, do_whole_word_mask))
+            instances.extend(
+                google_create_instances_from_document(
+                    all_documents,
+                    document_index,
+                    max_seq_length,
+                    short_seq_prob,
+                    masked_lm_prob,
+                    max_predictions_per_seq,
+                    vocab_words,
+                    rng,
+                    do_whole_word_mask,
+                )
+            )
     rng.shuffle(instances)
     return instances
 
 
-def google_create_instances_from_document(all_documents, document_index, max_seq_length, short_seq_prob,
-                                          masked_lm_prob, max_predictions_per_seq, vocab_words, rng,
-                                          do_whole_word_mask):
+def google_create_instances_from_document(
+    all_documents,
+    document_index,
+    max_seq_length,
+    short_seq_prob,
+    masked_lm_prob,
+    max_predictions_per_seq,
+    vocab_words,
+    rng,
+    do_whole_word_mask,
+):
     document = all_documents[document_index]
     max_num_tokens = max_seq_length - 3
     target_seq_length = max_num_tokens
@@ -141,9 +186,13 @@ def google_create_instances_from_document(all_documents, document_index, max_seq
                 tokens.append("[SEP]")
                 segment_ids.append(1)
                 (tokens, masked_lm_positions, masked_lm_labels) = google_create_masked_lm_predictions(
-                    tokens, masked_lm_prob, max_predictions_per_seq, vocab_words, rng, do_whole_word_mask)
-                instances.append(TrainingInstance(tokens, segment_ids, is_random_next, masked_lm_positions,
-                                                  masked_lm_labels))
+                    tokens, masked_lm_prob, max_predictions_per_seq, vocab_words, rng, do_whole_word_mask
+                )
+                instances.append(
+                    TrainingInstance(
+                        tokens, segment_ids, is_random_next, masked_lm_positions, masked_lm_labels
+                    )
+                )
             current_chunk = []
             current_length = 0
         i += 1
@@ -153,10 +202,11 @@ def google_create_instances_from_document(all_documents, document_index, max_seq
 GoogleMaskedLm = collections.namedtuple("GoogleMaskedLm", ["index", "label"])
 
 
-def google_create_masked_lm_predictions(tokens, masked_lm_prob, max_predictions_per_seq, vocab_words, rng,
-                                        do_whole_word_mask):
+def google_create_masked_lm_predictions(
+    tokens, masked_lm_prob, max_predictions_per_seq, vocab_words, rng, do_whole_word_mask
+):
     cand_indexes = []
-    for (i, token) in enumerate(tokens):
+    for i, token in enumerate(tokens):
         if token == "[CLS]" or token == "[SEP]":
             continue
         if do_whole_word_mask and len(cand_indexes) >= 1 and token.startswith("##"):
@@ -249,30 +299,78 @@ def google_examples(instances, vocab, max_seq_length, max_predictions_per_seq, n
             masked_lm_positions.append(0)
             masked_lm_ids.append(0)
             masked_lm_weights.append(0.0)
-        outputs[k % n_outputs].append({
-            "input_ids": input_ids, "input_mask": input_mask, "segment_ids": segment_ids,
-            "masked_lm_positions": masked_lm_positions, "masked_lm_ids": masked_lm_ids,
-            "masked_lm_weights": masked_lm_weights,
-            "next_sentence_labels": [1 if instance.is_random_next else 0]})
+        outputs[k % n_outputs].append(
+            {
+                "input_ids": input_ids,
+                "input_mask": input_mask,
+                "segment_ids": segment_ids,
+                "masked_lm_positions": masked_lm_positions,
+                "masked_lm_ids": masked_lm_ids,
+                "masked_lm_weights": masked_lm_weights,
+                "next_sentence_labels": [1 if instance.is_random_next else 0],
+            }
+        )
     return outputs
 
 
 PINNED = [
-    (["[CLS]", "un", "[MASK]", "[MASK]", "[SEP]", "d", "e", "f", "g", "h", "[SEP]"],
-     [0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1], True, [2, 3], ["##aff", "##able"]),
-    (["[CLS]", "x", "y", "[SEP]", "[MASK]", "g", "[MASK]", "[SEP]"], [0, 0, 0, 0, 1, 1, 1, 1], True, [4, 6],
-     ["f", "h"]),
-    (["[CLS]", "[MASK]", "b", "c", "d", "e", "[SEP]", "f", "g", "h", "[SEP]"],
-     [0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1], False, [1, 8], ["a", "g"]),
+    (
+        ["[CLS]", "un", "[MASK]", "[MASK]", "[SEP]", "d", "e", "f", "g", "h", "[SEP]"],
+        [0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1],
+        True,
+        [2, 3],
+        ["##aff", "##able"],
+    ),
+    (
+        ["[CLS]", "x", "y", "[SEP]", "[MASK]", "g", "[MASK]", "[SEP]"],
+        [0, 0, 0, 0, 1, 1, 1, 1],
+        True,
+        [4, 6],
+        ["f", "h"],
+    ),
+    (
+        ["[CLS]", "[MASK]", "b", "c", "d", "e", "[SEP]", "f", "g", "h", "[SEP]"],
+        [0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1],
+        False,
+        [1, 8],
+        ["a", "g"],
+    ),
 ]
 
 
-WORDS = ("the of and to in is was for on that with as by at from his her it an were are which this be or "
-         "has had not but their first new two after one also who its they been have into more other than "
-         "some when time most only about over such").split() + [
-    "café", "Zürich", "naïve", "résumé", "東京", "日本語を", "ΣΟΦΙΑ", "Straße", "l’école", "e-mail", "U.S.",
-    "$100", "3.14", "C++", "😀", "x" * 120, "antidisestablishmentarianism", "unaffable", "Müller-Lüdenscheidt",
-    "İstanbul", "a\u0301b", "ﬁne", "\u00a0nbsp", "zero\u200bwidth", "tab\there", "ctrl\x07char", "«quoted»"]
+WORDS = (
+    "the of and to in is was for on that with as by at from his her it an were are which this be or "
+    "has had not but their first new two after one also who its they been have into more other than "
+    "some when time most only about over such"
+).split() + [
+    "café",
+    "Zürich",
+    "naïve",
+    "résumé",
+    "東京",
+    "日本語を",
+    "ΣΟΦΙΑ",
+    "Straße",
+    "l’école",
+    "e-mail",
+    "U.S.",
+    "$100",
+    "3.14",
+    "C++",
+    "😀",
+    "x" * 120,
+    "antidisestablishmentarianism",
+    "unaffable",
+    "Müller-Lüdenscheidt",
+    "İstanbul",
+    "a\u0301b",
+    "ﬁne",
+    "\u00a0nbsp",
+    "zero\u200bwidth",
+    "tab\there",
+    "ctrl\x07char",
+    "«quoted»",
+]
 
 
 def write_corpus(path, seed=0, n_docs=40):
@@ -299,6 +397,12 @@ def read_examples(path, S, P):
     for data in tfrecord.read_records(path):
         example = example_pb2.Example.FromString(data)
         f = example.features.feature
-        out.append({name: list(f[name].float_list.value if name == "masked_lm_weights"
-                               else f[name].int64_list.value) for name in schema.FEATURE_NAMES})
+        out.append(
+            {
+                name: list(
+                    f[name].float_list.value if name == "masked_lm_weights" else f[name].int64_list.value
+                )
+                for name in schema.FEATURE_NAMES
+            }
+        )
     return out

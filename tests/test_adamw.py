@@ -4,6 +4,8 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+
+from optimization import LAMB, OPTIMIZERS, AdamW, AdamWeightDecay, WarmupPolynomialDecay, create_optimizer
 from test_lamb import (
     EXCLUDED,
     TOLERANCE,
@@ -18,8 +20,6 @@ from test_lamb import (
     schedule_closed_form,
 )
 
-from optimization import LAMB, OPTIMIZERS, AdamW, AdamWeightDecay, WarmupPolynomialDecay, create_optimizer
-
 PEAK = 0.01
 WD = 0.1  # 10x BERT's, so that a wrong exclusion shows far above the tolerance
 
@@ -28,8 +28,9 @@ def lr_at(step):
     return schedule_closed_form(step, PEAK, power=1.0)
 
 
-def numpy_adam_weight_decay(values, grads_seq, lr_at, *, wd=WD, b1=0.9, b2=0.999, eps=1e-6,
-                            clipping="global", excluded=EXCLUDED):
+def numpy_adam_weight_decay(
+    values, grads_seq, lr_at, *, wd=WD, b1=0.9, b2=0.999, eps=1e-6, clipping="global", excluded=EXCLUDED
+):
     """Google's AdamWeightDecayOptimizer.apply_gradients: no bias correction."""
     w = {p: v.astype(np.float64) for p, v in values.items()}
     m = {p: np.zeros_like(x) for p, x in w.items()}
@@ -46,8 +47,9 @@ def numpy_adam_weight_decay(values, grads_seq, lr_at, *, wd=WD, b1=0.9, b2=0.999
     return w
 
 
-def numpy_adamw(values, grads_seq, lr_at, *, wd=WD, b1=0.9, b2=0.999, eps=1e-6, clipping="global",
-                excluded=EXCLUDED):
+def numpy_adamw(
+    values, grads_seq, lr_at, *, wd=WD, b1=0.9, b2=0.999, eps=1e-6, clipping="global", excluded=EXCLUDED
+):
     """torch.optim.AdamW's order: decay w by (1 - lr wd) first, then the bias-corrected Adam step."""
     w = {p: v.astype(np.float64) for p, v in values.items()}
     m = {p: np.zeros_like(x) for p, x in w.items()}
@@ -60,8 +62,8 @@ def numpy_adamw(values, grads_seq, lr_at, *, wd=WD, b1=0.9, b2=0.999, eps=1e-6, 
                 w[p] = w[p] * (1.0 - lr * wd)
             m[p] = b1 * m[p] + (1.0 - b1) * grad
             v[p] = b2 * v[p] + (1.0 - b2) * np.square(grad)
-            step_size = lr / (1.0 - b1 ** t)
-            denominator = np.sqrt(v[p]) / np.sqrt(1.0 - b2 ** t) + eps
+            step_size = lr / (1.0 - b1**t)
+            denominator = np.sqrt(v[p]) / np.sqrt(1.0 - b2**t) + eps
             w[p] = w[p] - step_size * m[p] / denominator
     return w
 
@@ -96,18 +98,22 @@ def test_the_scenario_exercises_every_rule_of_the_reference(adam_runs):
     reference = REFERENCES[cls]
     other_form = REFERENCES[AdamW if cls is AdamWeightDecay else AdamWeightDecay]
     assert max_abs_diff(eager, other_form(values, grads, lr_at)) > 1e-4, "bias correction"
-    for name, change in {"no clipping": {"clipping": "none"},
-                         "per-variable clipping": {"clipping": "per_variable"},
-                         "decay everything": {"excluded": set()},
-                         "decay nothing": {"wd": 0.0}}.items():
+    for name, change in {
+        "no clipping": {"clipping": "none"},
+        "per-variable clipping": {"clipping": "per_variable"},
+        "decay everything": {"excluded": set()},
+        "decay nothing": {"wd": 0.0},
+    }.items():
         assert max_abs_diff(eager, reference(values, grads, lr_at, **change)) > 1e-5, name
 
 
 @pytest.mark.parametrize("cls", [AdamWeightDecay, AdamW, LAMB], ids=lambda c: c.__name__)
 def test_decay_alone_is_multiplied_by_the_learning_rate(cls):
     """With a zero gradient the Adam term is 0 and w <- w - lr * wd * w (LAMB: r = ||w||/||wd w||)."""
-    values = {"layer_0/output_dense/kernel": np.full((3, 2), 0.5, np.float32),
-              "layer_0/output_dense/bias": np.full((2,), 0.5, np.float32)}
+    values = {
+        "layer_0/output_dense/kernel": np.full((3, 2), 0.5, np.float32),
+        "layer_0/output_dense/bias": np.full((2,), 0.5, np.float32),
+    }
     variables = make_variables(values)
     optimizer = cls(0.1, weight_decay=0.01, exclude_from_weight_decay=("bias",))
     optimizer.apply([tf.zeros((3, 2)), tf.zeros((2,))], variables)
@@ -120,13 +126,25 @@ def test_decay_alone_is_multiplied_by_the_learning_rate(cls):
 def test_factory_builds_each_optimizer_with_its_hyperparameters():
     assert set(OPTIMIZERS) == {"lamb", "adamw", "adam_weight_decay"}
     for name, cls in [("lamb", LAMB), ("adamw", AdamW), ("adam_weight_decay", AdamWeightDecay)]:
-        optimizer = create_optimizer(name, 2e-5, weight_decay=0.02, beta_1=0.8, beta_2=0.99, epsilon=1e-8,
-                                     exclude_from_weight_decay=("bias",), clip_global_norm=None)
+        optimizer = create_optimizer(
+            name,
+            2e-5,
+            weight_decay=0.02,
+            beta_1=0.8,
+            beta_2=0.99,
+            epsilon=1e-8,
+            exclude_from_weight_decay=("bias",),
+            clip_global_norm=None,
+        )
         assert type(optimizer) is cls
         config = optimizer.get_config()
         assert config["learning_rate"] == pytest.approx(2e-5)
         assert (config["weight_decay"], config["beta_1"], config["beta_2"], config["epsilon"]) == (
-            0.02, 0.8, 0.99, 1e-8)
+            0.02,
+            0.8,
+            0.99,
+            1e-8,
+        )
         assert config["exclude_from_weight_decay"] == ["bias"]
         assert config["clip_global_norm"] is None and optimizer.global_clipnorm is None
     default = create_optimizer("lamb", schedule())
@@ -154,5 +172,7 @@ def test_second_switches_for_owned_concepts_are_refused():
         AdamW(1e-3).exclude_from_weight_decay(var_names=["bias"])
     with pytest.raises(ValueError, match="'gamma'"):
         AdamWeightDecay(1e-3, exclude_from_weight_decay=("bias", "gamma")).build(
-            make_variables({"dense/kernel": np.ones((2, 2), np.float32),
-                            "dense/bias": np.ones((2,), np.float32)}))
+            make_variables(
+                {"dense/kernel": np.ones((2, 2), np.float32), "dense/bias": np.ones((2,), np.float32)}
+            )
+        )

@@ -32,8 +32,11 @@ def _assert_same(a, b):
 def test_round_trip_gives_identical_outputs(tiny_config, tmp_path, writer):
     source = BertPretrainer(tiny_config)
     batch = random_batch(tiny_config)
-    save = {"google": checkpoints.save_google, "trainer": checkpoints.save_trainer_checkpoint,
-            "huggingface": checkpoints.save_huggingface}[writer]
+    save = {
+        "google": checkpoints.save_google,
+        "trainer": checkpoints.save_trainer_checkpoint,
+        "huggingface": checkpoints.save_huggingface,
+    }[writer]
     save(source, str(tmp_path))
     config = checkpoints.read_config_beside(str(tmp_path))
     assert config == tiny_config
@@ -52,6 +55,7 @@ def test_google_names_and_layout(tiny_config, tmp_path):
     model = BertPretrainer(tiny_config)
     prefix = checkpoints.save_google(model, str(tmp_path))
     import tensorflow as tf
+
     shapes = tf.train.load_checkpoint(prefix).get_variable_to_shape_map()
     assert shapes["bert/encoder/layer_1/attention/self/query/kernel"] == [32, 32]
     assert shapes["bert/encoder/layer_0/intermediate/dense/kernel"] == [32, 64]  # [in, out]
@@ -95,6 +99,7 @@ def test_missing_checkpoint_and_vocab_mismatch_messages(tiny_config, tmp_path):
     with pytest.raises(ValueError, match="vocab.txt has 10 tokens but the model's vocab_size is 99"):
         checkpoints.check_vocab_size(tiny_config, 10, "vocab.txt")
     import dataclasses
+
     nvidia = dataclasses.replace(tiny_config, vocab_size=30528)
     checkpoints.check_vocab_size(nvidia, 30522, "vocab.txt")  # padded to a multiple of 8: fits
     with pytest.raises(ValueError, match="has 30530 tokens"):
@@ -116,19 +121,27 @@ def test_huggingface_output_loads_in_transformers_with_heads(tiny_config, tmp_pa
     reference = transformers.BertForPreTraining.from_pretrained(str(tmp_path)).eval()
     batch = random_batch(tiny_config, batch=2, seq=12, predictions=3)
     with torch.no_grad():
-        out = reference(input_ids=torch.tensor(batch["input_ids"], dtype=torch.long),
-                        attention_mask=torch.tensor(batch["input_mask"], dtype=torch.long),
-                        token_type_ids=torch.tensor(batch["segment_ids"], dtype=torch.long))
+        out = reference(
+            input_ids=torch.tensor(batch["input_ids"], dtype=torch.long),
+            attention_mask=torch.tensor(batch["input_mask"], dtype=torch.long),
+            token_type_ids=torch.tensor(batch["segment_ids"], dtype=torch.long),
+        )
     ours = model(batch)
-    scores = np.take_along_axis(out.prediction_logits.numpy(),
-                                batch["masked_lm_positions"][..., None].astype(int), axis=1)
+    scores = np.take_along_axis(
+        out.prediction_logits.numpy(), batch["masked_lm_positions"][..., None].astype(int), axis=1
+    )
     assert np.abs(ours["mlm_logits"].numpy() - scores).max() < 1e-4
     assert np.abs(ours["nsp_logits"].numpy() - out.seq_relationship_logits.numpy()).max() < 1e-4
 
 
 def _convert(*args):
-    return subprocess.run([sys.executable, os.path.join(ROOT, "convert_checkpoint.py"), *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, os.path.join(ROOT, "convert_checkpoint.py"), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_converter_cli_chain_preserves_outputs(tiny_config, tmp_path):
@@ -137,8 +150,14 @@ def test_converter_cli_chain_preserves_outputs(tiny_config, tmp_path):
     steps = [("hf", "google"), ("google", "trainer"), ("trainer", "hf2")]
     formats = {"google": "google", "trainer": "trainer", "hf2": "huggingface"}
     for src, dst in steps:
-        result = _convert("--input", str(tmp_path / src), "--output_dir", str(tmp_path / dst),
-                          "--output_format", formats[dst])
+        result = _convert(
+            "--input",
+            str(tmp_path / src),
+            "--output_dir",
+            str(tmp_path / dst),
+            "--output_format",
+            formats[dst],
+        )
         assert result.returncode == 0, result.stderr
     final = BertPretrainer(tiny_config)
     load_weights(final, str(tmp_path / "hf2"))
@@ -147,8 +166,14 @@ def test_converter_cli_chain_preserves_outputs(tiny_config, tmp_path):
 
 
 def test_converter_cli_reports_a_bad_input_in_one_line(tmp_path):
-    result = _convert("--input", str(tmp_path / "absent"), "--output_dir", str(tmp_path / "out"),
-                      "--output_format", "google")
+    result = _convert(
+        "--input",
+        str(tmp_path / "absent"),
+        "--output_dir",
+        str(tmp_path / "out"),
+        "--output_format",
+        "google",
+    )
     assert result.returncode == 2
     assert result.stderr.strip().startswith("convert_checkpoint: error: ") and "absent" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
@@ -157,12 +182,21 @@ def test_converter_cli_reports_a_bad_input_in_one_line(tmp_path):
 
 def test_converter_cli_reports_a_checkpoint_that_does_not_fit_in_one_line(tiny_config, tmp_path):
     import dataclasses
+
     model = BertPretrainer(tiny_config)
     checkpoints.save_google(model, str(tmp_path / "google"))
     wider = dataclasses.replace(tiny_config, intermediate_size=128)
     wider.to_json_file(tmp_path / "wider.json")
-    result = _convert("--input", str(tmp_path / "google"), "--output_dir", str(tmp_path / "out"),
-                      "--output_format", "trainer", "--bert_config_file", str(tmp_path / "wider.json"))
+    result = _convert(
+        "--input",
+        str(tmp_path / "google"),
+        "--output_dir",
+        str(tmp_path / "out"),
+        "--output_format",
+        "trainer",
+        "--bert_config_file",
+        str(tmp_path / "wider.json"),
+    )
     assert result.returncode == 2, result.stderr
     assert result.stderr.strip().splitlines() == [result.stderr.strip()]
     assert "does not fit the model: shape mismatch" in result.stderr
@@ -181,10 +215,17 @@ def test_name_table_maps_every_weight_both_ways(tiny_config):
             keys[key] = transposed
         assert len(keys) == len(names)
     assert checkpoints.google_to_hf("bert/encoder/layer_1/attention/self/query/kernel", "bert.") == (
-        "bert.encoder.layer.1.attention.self.query.weight", True)
-    assert checkpoints.google_to_hf("bert/embeddings/LayerNorm/gamma") == ("embeddings.LayerNorm.weight", False)
+        "bert.encoder.layer.1.attention.self.query.weight",
+        True,
+    )
+    assert checkpoints.google_to_hf("bert/embeddings/LayerNorm/gamma") == (
+        "embeddings.LayerNorm.weight",
+        False,
+    )
     assert checkpoints.google_to_hf("cls/seq_relationship/output_weights", "bert.") == (
-        "cls.seq_relationship.weight", False)  # [2, D] in both layouts
+        "cls.seq_relationship.weight",
+        False,
+    )  # [2, D] in both layouts
     assert checkpoints.google_to_hf("cls/predictions/output_bias", "bert.") == ("cls.predictions.bias", False)
     # Keys outside the table, or without the checkpoint's prefix, are not BERT weights.
     assert checkpoints.hf_to_google("encoder.layer.0.attention.self.rotary.weight") is None
@@ -195,12 +236,15 @@ def test_name_table_maps_every_weight_both_ways(tiny_config):
 
 def test_unknown_huggingface_weight_is_named(tiny_config, tmp_path):
     from safetensors.numpy import load_file, save_file
+
     checkpoints.save_huggingface(BertEncoder(tiny_config), str(tmp_path))
     tensors = load_file(str(tmp_path / "model.safetensors"))
     tensors["encoder.layer.0.attention.self.rotary.weight"] = np.zeros((2,), "float32")
     save_file(tensors, str(tmp_path / "model.safetensors"))
-    with pytest.raises(CheckpointMismatchError, match="not part of a BERT model: "
-                                                      "encoder.layer.0.attention.self.rotary.weight"):
+    with pytest.raises(
+        CheckpointMismatchError,
+        match="not part of a BERT model: encoder.layer.0.attention.self.rotary.weight",
+    ):
         checkpoints.read_hf_checkpoint(str(tmp_path))
 
 
@@ -225,9 +269,11 @@ def test_checkpoint_format_and_what_sits_beside(tiny_config, tmp_path):
 
 def test_trainer_checkpoint_keeps_training_state_apart(tiny_config, tmp_path):
     import tensorflow as tf
+
     model = BertPretrainer(tiny_config)
-    prefix = checkpoints.save_trainer_checkpoint(model, str(tmp_path), step=7,
-                                                 training_state={"lamb_m/pooler": np.ones((3,), "float32")})
+    prefix = checkpoints.save_trainer_checkpoint(
+        model, str(tmp_path), step=7, training_state={"lamb_m/pooler": np.ones((3,), "float32")}
+    )
     assert prefix == str(tmp_path / "ckpt-7")
     assert tf.train.latest_checkpoint(str(tmp_path)) == prefix
     reader = tf.train.load_checkpoint(prefix)

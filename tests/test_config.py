@@ -12,8 +12,15 @@ from conftest import ROOT
 
 
 def test_round_trip_through_json(tmp_path):
-    config = BertConfig(vocab_size=1000, hidden_size=64, num_hidden_layers=3, num_attention_heads=4,
-                        intermediate_size=256, hidden_act="gelu_new", layer_norm_eps=1e-6)
+    config = BertConfig(
+        vocab_size=1000,
+        hidden_size=64,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        intermediate_size=256,
+        hidden_act="gelu_new",
+        layer_norm_eps=1e-6,
+    )
     path = tmp_path / "bert_config.json"
     config.to_json_file(path)
     assert BertConfig.from_json_file(path) == config
@@ -28,13 +35,16 @@ def test_unknown_key_is_rejected_by_name(tmp_path):
         BertConfig.from_json_file(path)
 
 
-@pytest.mark.parametrize("values, message", [
-    ({"vocab_size": 10, "hidden_size": 100, "num_attention_heads": 12}, "not divisible"),
-    ({"vocab_size": 0}, "vocab_size must be a positive integer"),
-    ({"vocab_size": 10, "hidden_dropout_prob": 1.5}, "hidden_dropout_prob"),
-    ({"vocab_size": 10, "hidden_act": "swish"}, "hidden_act 'swish'"),
-    ({"hidden_size": 64}, "vocab_size is missing"),
-])
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        ({"vocab_size": 10, "hidden_size": 100, "num_attention_heads": 12}, "not divisible"),
+        ({"vocab_size": 0}, "vocab_size must be a positive integer"),
+        ({"vocab_size": 10, "hidden_dropout_prob": 1.5}, "hidden_dropout_prob"),
+        ({"vocab_size": 10, "hidden_act": "swish"}, "hidden_act 'swish'"),
+        ({"hidden_size": 64}, "vocab_size is missing"),
+    ],
+)
 def test_inconsistent_values_are_rejected(values, message):
     with pytest.raises(ValueError, match=message):
         BertConfig.from_dict(values)
@@ -42,7 +52,7 @@ def test_inconsistent_values_are_rejected(values, message):
 
 def test_malformed_json_names_the_file(tmp_path):
     path = tmp_path / "broken.json"
-    path.write_text("{\"vocab_size\": 10,")
+    path.write_text('{"vocab_size": 10,')
     with pytest.raises(ValueError, match="broken.json' is not valid JSON"):
         BertConfig.from_json_file(path)
     with pytest.raises(FileNotFoundError, match="absent.json"):
@@ -50,15 +60,30 @@ def test_malformed_json_names_the_file(tmp_path):
 
 
 def test_shipped_presets_load_with_google_values():
-    presets = {os.path.basename(p): BertConfig.from_json_file(p)
-               for p in glob.glob(os.path.join(ROOT, "configs", "bert_*.json"))}
-    assert {"bert_base.json", "bert_large.json", "bert_tiny.json", "bert_mini.json",
-            "bert_small.json"} <= set(presets)
+    presets = {
+        os.path.basename(p): BertConfig.from_json_file(p)
+        for p in glob.glob(os.path.join(ROOT, "configs", "bert_*.json"))
+    }
+    assert {
+        "bert_base.json",
+        "bert_large.json",
+        "bert_tiny.json",
+        "bert_mini.json",
+        "bert_small.json",
+    } <= set(presets)
     base, large = presets["bert_base.json"], presets["bert_large.json"]
-    assert (base.hidden_size, base.num_hidden_layers, base.num_attention_heads, base.intermediate_size) \
-        == (768, 12, 12, 3072)
-    assert (large.hidden_size, large.num_hidden_layers, large.num_attention_heads,
-            large.intermediate_size) == (1024, 24, 16, 4096)
+    assert (base.hidden_size, base.num_hidden_layers, base.num_attention_heads, base.intermediate_size) == (
+        768,
+        12,
+        12,
+        3072,
+    )
+    assert (
+        large.hidden_size,
+        large.num_hidden_layers,
+        large.num_attention_heads,
+        large.intermediate_size,
+    ) == (1024, 24, 16, 4096)
     assert base.vocab_size == large.vocab_size == 30522 and base.hidden_act == "gelu"
 
 

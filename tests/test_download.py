@@ -20,10 +20,10 @@ class FileServer:
     """A ThreadingHTTPServer on loopback serving in-memory files, with Range/If-Range and cut-offs."""
 
     def __init__(self):
-        self.files = {}          # path -> bytes
-        self.etags = {}          # path -> strong ETag
-        self.cut_after = {}      # path -> list of byte counts: each request sends that many, then drops
-        self.requests = []       # (method, path, Range header, If-Range header)
+        self.files = {}  # path -> bytes
+        self.etags = {}  # path -> strong ETag
+        self.cut_after = {}  # path -> list of byte counts: each request sends that many, then drops
+        self.requests = []  # (method, path, Range header, If-Range header)
         self.ignore_range = False
         server = self
 
@@ -34,8 +34,9 @@ class FileServer:
                 pass
 
             def do_GET(self):
-                server.requests.append(("GET", self.path, self.headers.get("Range"),
-                                        self.headers.get("If-Range")))
+                server.requests.append(
+                    ("GET", self.path, self.headers.get("Range"), self.headers.get("If-Range"))
+                )
                 body = server.files.get(self.path)
                 if body is None:
                     self.send_error(404)
@@ -71,8 +72,9 @@ class FileServer:
                 self.wfile.write(payload)
 
         self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02},
-                                       daemon=True)
+        self.thread = threading.Thread(
+            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        )
         self.thread.start()
         self.base = f"http://127.0.0.1:{self.httpd.server_address[1]}"
 
@@ -174,7 +176,7 @@ def test_changed_upstream_file_restarts_instead_of_splicing(server, tmp_path):
     dest = tmp_path / "d"
     with pytest.raises(DownloadError):
         fetch(server.url("/d"), str(dest), retries=0, log=_quiet)
-    server.files["/d"] = new          # a new dump replaced "latest": the ETag changes
+    server.files["/d"] = new  # a new dump replaced "latest": the ETag changes
     fetch(server.url("/d"), str(dest), retries=0, log=_quiet)
     assert dest.read_bytes() == new
 
@@ -200,7 +202,8 @@ def test_wikipedia_dump_via_mirror_with_published_md5(server, tmp_path):
     name = "enwiki-latest-pages-articles.xml.bz2"
     server.files[f"/enwiki/latest/{name}"] = dump
     server.files["/enwiki/latest/enwiki-latest-md5sums.txt"] = (
-        f"{'1' * 32}  enwiki-latest-abstract.xml.gz\n{hashlib.md5(dump).hexdigest()}  {name}\n").encode()
+        f"{'1' * 32}  enwiki-latest-abstract.xml.gz\n{hashlib.md5(dump).hexdigest()}  {name}\n"
+    ).encode()
     stats = download_dataset("wikicorpus_en", str(tmp_path), mirror=server.base, log=_quiet)
     target = tmp_path / "download" / "wikicorpus_en"
     assert (target / "wikicorpus_en.xml.bz2").read_bytes() == dump
@@ -221,16 +224,43 @@ def test_download_action_of_the_cli(server, tmp_path, capsys):
     name = "enwiki-20240601-pages-articles.xml.bz2"
     dump = bz2.compress(b"<mediawiki></mediawiki>")
     server.files[f"/enwiki/20240601/{name}"] = dump
-    server.files["/enwiki/20240601/enwiki-20240601-md5sums.txt"] = f"{hashlib.md5(dump).hexdigest()}  {name}\n".encode()
-    args = ["--action", "download", "--dataset", "wikicorpus_en", "--wiki_dump", "20240601",
-            "--mirror", server.base, "--data_dir", str(tmp_path), "--no_progress"]
+    server.files["/enwiki/20240601/enwiki-20240601-md5sums.txt"] = (
+        f"{hashlib.md5(dump).hexdigest()}  {name}\n".encode()
+    )
+    args = [
+        "--action",
+        "download",
+        "--dataset",
+        "wikicorpus_en",
+        "--wiki_dump",
+        "20240601",
+        "--mirror",
+        server.base,
+        "--data_dir",
+        str(tmp_path),
+        "--no_progress",
+    ]
     assert prepare_data.main(args, environ={}) == 0
     assert (tmp_path / "download" / "wikicorpus_en" / "wikicorpus_en.xml.bz2").read_bytes() == dump
     assert "[download] done: files=1  skipped=0  downloaded=1" in capsys.readouterr().err
     server.files.clear()
     assert prepare_data.main(args[:-1], environ={}) == 0  # verified from the manifest: no request needed
-    assert prepare_data.main(["--action", "download", "--dataset", "glue", "--glue_tasks", "NOPE",
-                      "--data_dir", str(tmp_path)], environ={}) == 2
+    assert (
+        prepare_data.main(
+            [
+                "--action",
+                "download",
+                "--dataset",
+                "glue",
+                "--glue_tasks",
+                "NOPE",
+                "--data_dir",
+                str(tmp_path),
+            ],
+            environ={},
+        )
+        == 2
+    )
     assert "Unknown GLUE task(s) NOPE" in capsys.readouterr().err
 
 
@@ -252,16 +282,21 @@ def test_glue_zip_and_mrpc_are_extracted_and_formatted(server, tmp_path):
     header = "Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n"
     train = header + "1\t11\t12\tHe came.\tHe arrived.\n0\t21\t22\tIt rained.\tIt was sunny.\n"
     test = header + "1\t31\t32\tYes.\tIndeed.\n"
-    files = {"/senteval/senteval_data/msr_paraphrase_train.txt": train.encode(),
-             "/senteval/senteval_data/msr_paraphrase_test.txt": test.encode(),
-             "/glue/data/mrpc_dev_ids.tsv": b"21\t22\n"}
+    files = {
+        "/senteval/senteval_data/msr_paraphrase_train.txt": train.encode(),
+        "/senteval/senteval_data/msr_paraphrase_test.txt": test.encode(),
+        "/glue/data/mrpc_dev_ids.tsv": b"21\t22\n",
+    }
     server.files.update(files)
     sources = [Source(download.GLUE_BASE + "/RTE.zip", "archives/RTE.zip", extract="zip", extract_to=".")]
     sources += [Source(s.url, s.filename) for s in download.MRPC_SOURCES]  # fixture sizes differ
     download_dataset("glue", str(tmp_path), sources=sources, mirror=server.base, log=_quiet)
     glue = tmp_path / "download" / "glue"
     assert (glue / "RTE" / "train.tsv").read_text().splitlines()[1] == "0\tA.\tB.\tentailment"
-    assert (glue / "MRPC" / "dev.tsv").read_text().splitlines() == [header.strip(), "0\t21\t22\tIt rained.\tIt was sunny."]
+    assert (glue / "MRPC" / "dev.tsv").read_text().splitlines() == [
+        header.strip(),
+        "0\t21\t22\tIt rained.\tIt was sunny.",
+    ]
     assert (glue / "MRPC" / "train.tsv").read_text().splitlines()[1:] == ["1\t11\t12\tHe came.\tHe arrived."]
     assert (glue / "MRPC" / "test.tsv").read_text().splitlines()[1] == "0\t31\t32\tYes.\tIndeed."
     assert not [p for p in glue.rglob("*") if p.name.endswith(".part") or is_temporary(p.name)]

@@ -32,8 +32,9 @@ def test_padding_does_not_change_real_positions(tiny_config):
 
 @pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
 def test_config_round_trip(tiny_config, policy):
-    batch = {k: v for k, v in random_batch(tiny_config).items()
-             if k in ("input_ids", "input_mask", "segment_ids")}
+    batch = {
+        k: v for k, v in random_batch(tiny_config).items() if k in ("input_ids", "input_mask", "segment_ids")
+    }
     encoder = BertEncoder(tiny_config, dtype=policy, name="encoder")
     copy = assert_config_round_trip(encoder, batch)
     assert copy.config == tiny_config and len(copy.transformer_layers) == tiny_config.num_hidden_layers

@@ -31,9 +31,14 @@ def _write_input(path):
 
 def _cli(*args):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
-    return subprocess.Popen([sys.executable, os.path.join(ROOT, "extract_features.py"), *args],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    return subprocess.Popen(
+        [sys.executable, os.path.join(ROOT, "extract_features.py"), *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _read_jsonl(path):
@@ -53,15 +58,19 @@ def hf_cli(io_dir, minilm_dir):
     """The CLI on the Hugging Face directory (config and vocab found beside it), started first so
     that it runs while this process builds the Google checkpoint and the reference."""
     output = str(io_dir / "hf.jsonl")
-    process = _cli(f"--input_file={io_dir / 'input.txt'}", f"--output_file={output}",
-                   f"--init_checkpoint={minilm_dir}", f"--layers={LAYERS}", f"--batch_size={BATCH}")
+    process = _cli(
+        f"--input_file={io_dir / 'input.txt'}",
+        f"--output_file={output}",
+        f"--init_checkpoint={minilm_dir}",
+        f"--layers={LAYERS}",
+        f"--batch_size={BATCH}",
+    )
     result = {}
 
     def wait():
         if not result:
             stdout, stderr = process.communicate(timeout=120)
-            result.update(returncode=process.returncode, stdout=stdout, stderr=stderr,
-                          output=output)
+            result.update(returncode=process.returncode, stdout=stdout, stderr=stderr, output=output)
         return result
 
     yield wait
@@ -85,10 +94,16 @@ def google_dir(io_dir, minilm_dir):
 @pytest.fixture(scope="module")
 def google_output(io_dir, google_dir):
     output, log = str(io_dir / "google.jsonl"), io.StringIO()
-    count = ef.run(str(io_dir / "input.txt"), output, os.path.join(google_dir, "bert_model.ckpt"),
-                   bert_config_file=os.path.join(google_dir, "bert_config.json"),
-                   vocab_file=os.path.join(google_dir, "vocab.txt"), layers=LAYERS,
-                   batch_size=BATCH, log=log)
+    count = ef.run(
+        str(io_dir / "input.txt"),
+        output,
+        os.path.join(google_dir, "bert_model.ckpt"),
+        bert_config_file=os.path.join(google_dir, "bert_config.json"),
+        vocab_file=os.path.join(google_dir, "vocab.txt"),
+        layers=LAYERS,
+        batch_size=BATCH,
+        log=log,
+    )
     assert count == len(EXAMPLES)
     assert _final_progress(count).search(log.getvalue())
     return output
@@ -124,8 +139,8 @@ def test_google_checkpoint_matches_transformers(hf_cli, google_output, reference
         assert [f["token"] for f in features] == tokens
         assert tokens[0] == "[CLS]" and tokens[-1] == "[SEP]"
         assert all([layer["index"] for layer in f["layers"]] == [-1, -2, 0, -6] for f in features)
-        got_last = np.array([f["layers"][0]["values"] for f in features])         # [S, D]
-        got_second = np.array([f["layers"][1]["values"] for f in features])       # [S, D]
+        got_last = np.array([f["layers"][0]["values"] for f in features])  # [S, D]
+        got_second = np.array([f["layers"][1]["values"] for f in features])  # [S, D]
         assert got_last.shape == last.shape == (len(tokens), 384)
         assert np.abs(got_last - last).max() <= 1e-4
         assert np.abs(got_second - second_last).max() <= 1e-4
@@ -150,8 +165,9 @@ def test_cli_on_huggingface_dir_gives_identical_output(hf_cli, google_output):
 
 def test_wrong_vocab_fails_naming_the_vocab_file(io_dir, minilm_dir, tmp_path):
     vocab = tmp_path / "small_vocab.txt"
-    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]",
-                                "the", "a", "of", "to", "and"]) + "\n")
+    vocab.write_text(
+        "\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "a", "of", "to", "and"]) + "\n"
+    )
     output = tmp_path / "out.jsonl"
     with pytest.raises(ValueError) as err:
         ef.run(str(io_dir / "input.txt"), str(output), minilm_dir, vocab_file=str(vocab))
@@ -162,23 +178,30 @@ def test_wrong_vocab_fails_naming_the_vocab_file(io_dir, minilm_dir, tmp_path):
 
 def test_missing_input_file_fails_in_one_line(tmp_path, minilm_dir):
     missing = tmp_path / "no_such_input.txt"
-    process = _cli(f"--input_file={missing}", f"--output_file={tmp_path / 'out.jsonl'}",
-                   f"--init_checkpoint={minilm_dir}")
+    process = _cli(
+        f"--input_file={missing}",
+        f"--output_file={tmp_path / 'out.jsonl'}",
+        f"--init_checkpoint={minilm_dir}",
+    )
     stdout, stderr = process.communicate(timeout=60)
     assert process.returncode == 2
-    assert stderr.strip().splitlines() == [
-        f"extract_features: error: --input_file {missing} does not exist."]
+    assert stderr.strip().splitlines() == [f"extract_features: error: --input_file {missing} does not exist."]
     assert not (tmp_path / "out.jsonl").exists()
 
 
 def test_missing_config_fails_naming_the_checkpoint(io_dir, tmp_path):
     prefix = str(tmp_path / "bert_model.ckpt")
-    with pytest.raises(UserError, match="No bert_config.json or config.json beside "
-                                             + prefix.replace(".", r"\.")):
+    with pytest.raises(
+        UserError, match="No bert_config.json or config.json beside " + prefix.replace(".", r"\.")
+    ):
         ef.run(str(io_dir / "input.txt"), str(tmp_path / "out.jsonl"), prefix)
     with pytest.raises(UserError, match="--bert_config_file .*nope.json does not exist"):
-        ef.run(str(io_dir / "input.txt"), str(tmp_path / "out.jsonl"), prefix,
-               bert_config_file=str(tmp_path / "nope.json"))
+        ef.run(
+            str(io_dir / "input.txt"),
+            str(tmp_path / "out.jsonl"),
+            prefix,
+            bert_config_file=str(tmp_path / "nope.json"),
+        )
 
 
 def test_checkpoint_that_does_not_fit_leaves_no_output(io_dir, google_dir, tmp_path):
@@ -191,8 +214,9 @@ def test_checkpoint_that_does_not_fit_leaves_no_output(io_dir, google_dir, tmp_p
     config_file.write_text(json.dumps(values))
     output = tmp_path / "out.jsonl"
     with pytest.raises(CheckpointMismatchError, match="unexpected bert/encoder/layer_1/"):
-        ef.run(str(io_dir / "input.txt"), str(output), google_dir,
-               bert_config_file=str(config_file), layers="-1")
+        ef.run(
+            str(io_dir / "input.txt"), str(output), google_dir, bert_config_file=str(config_file), layers="-1"
+        )
     assert os.listdir(tmp_path) == ["bert_config.json"]
 
 
@@ -209,11 +233,18 @@ def test_layers_out_of_range_and_malformed():
 
 def test_read_examples_follows_google(tmp_path):
     path = tmp_path / "lines.txt"
-    path.write_bytes("  One sentence.  \r\nA ||| B\n\nx ||| y ||| z\nno pair|||here\nlast ||| ".encode()
-                     + "caf\u00e9".encode())
+    path.write_bytes(
+        "  One sentence.  \r\nA ||| B\n\nx ||| y ||| z\nno pair|||here\nlast ||| ".encode()
+        + "caf\u00e9".encode()
+    )
     assert list(ef.read_examples(str(path))) == [
-        ("One sentence.", None), ("A", "B"), ("", None), ("x ||| y", "z"),
-        ("no pair|||here", None), ("last", "café")]
+        ("One sentence.", None),
+        ("A", "B"),
+        ("", None),
+        ("x ||| y", "z"),
+        ("no pair|||here", None),
+        ("last", "café"),
+    ]
     assert ef.count_lines(str(path)) == 6
     path.write_text("a\nb\n")
     assert ef.count_lines(str(path)) == 2 == len(list(ef.read_examples(str(path))))
@@ -224,12 +255,14 @@ def test_read_examples_follows_google(tmp_path):
 
 def test_round6_equals_pythons_round():
     rng = np.random.default_rng(0)
-    values = np.concatenate([
-        rng.standard_normal(20000).astype(np.float32) * 3,
-        # Exact ties at the 6th decimal (k/128 with k odd) and values far from 1.
-        np.arange(-99, 100, 2, dtype=np.float32) / 128,
-        np.array([0.0, -0.0, 1e-30, -3e-7, 5e-7, 123456.789, -65504.0], np.float32),
-    ])
+    values = np.concatenate(
+        [
+            rng.standard_normal(20000).astype(np.float32) * 3,
+            # Exact ties at the 6th decimal (k/128 with k odd) and values far from 1.
+            np.arange(-99, 100, 2, dtype=np.float32) / 128,
+            np.array([0.0, -0.0, 1e-30, -3e-7, 5e-7, 123456.789, -65504.0], np.float32),
+        ]
+    )
     expected = [round(float(x), 6) for x in values]
     assert ef.round6(values).tolist() == expected
     assert round(float(np.float32(1 / 128)), 6) == 0.007812  # a tie, rounded half to even

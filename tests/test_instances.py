@@ -6,11 +6,20 @@ import random
 import pytest
 
 from data.pretraining import schema
-from data.pretraining.instances import (InstanceOptions, create_instances_from_document,
-                                        create_training_instances, truncate_seq_pair)
-from pretraining_reference import (PINNED, STRINGS, TINY_VOCAB, ScriptedRng, google_create_training_instances,
-                                   options)
-
+from data.pretraining.instances import (
+    InstanceOptions,
+    create_instances_from_document,
+    create_training_instances,
+    truncate_seq_pair,
+)
+from pretraining_reference import (
+    PINNED,
+    STRINGS,
+    TINY_VOCAB,
+    ScriptedRng,
+    google_create_training_instances,
+    options,
+)
 
 
 def test_truncation_exact():
@@ -39,9 +48,15 @@ def test_single_sentence_chunk_is_always_random_next_with_label_1():
     assert inst.masked_lm_positions == [1] and inst.masked_lm_labels == ["a"]
     assert inst.segment_ids == [0, 0, 0, 0, 1, 1]
     assert rng.calls == ["random", "randint(0,1)", "randint(0,1)", "randint(0,1)", "shuffle(3)", "random"]
-    assert schema.pad_features([TINY_VOCAB[t] for t in inst.tokens], inst.segment_ids,
-                               inst.masked_lm_positions, [TINY_VOCAB[t] for t in inst.masked_lm_labels],
-                               inst.is_random_next, 16, 3)["next_sentence_labels"] == [1]
+    assert schema.pad_features(
+        [TINY_VOCAB[t] for t in inst.tokens],
+        inst.segment_ids,
+        inst.masked_lm_positions,
+        [TINY_VOCAB[t] for t in inst.masked_lm_labels],
+        inst.is_random_next,
+        16,
+        3,
+    )["next_sentence_labels"] == [1]
 
 
 def test_actual_next_has_label_0_and_random_next_puts_segments_back():
@@ -50,23 +65,32 @@ def test_actual_next_has_label_0_and_random_next_puts_segments_back():
     docs = [doc, other]
     o = options(max_seq_length=7)  # max_num_tokens 4 = target
     rng = ScriptedRng(
-        randoms=[0.9,        # target stays 4
-                 0.7,        # chunk a,b,c,d (4 >= 4): split a_end=2, coin 0.7 -> actual next
-                 0.0],       # mask coin
-        randints=[2])
+        randoms=[
+            0.9,  # target stays 4
+            0.7,  # chunk a,b,c,d (4 >= 4): split a_end=2, coin 0.7 -> actual next
+            0.0,
+        ],  # mask coin
+        randints=[2],
+    )
     instances = create_instances_from_document(docs, 0, rng, o, STRINGS)
     assert [i.is_random_next for i in instances] == [False]
     assert instances[0].tokens == ["[CLS]", "[MASK]", "b", "[SEP]", "c", "d", "[SEP]"]
 
     rng = ScriptedRng(
-        randoms=[0.9,
-                 0.2,        # coin < 0.5 -> random next: a_end=1 ("a"), b..d go back
-                 0.0,        # mask
-                 0.6,        # next chunk b,c,d (3 sentences, document end): coin -> actual next
-                 0.0],       # mask
-        randints=[1,         # a_end
-                  1, 0,      # random document 1, start sentence 0 (takes x, y: target 4-1=3)
-                  1])        # a_end for b | c d
+        randoms=[
+            0.9,
+            0.2,  # coin < 0.5 -> random next: a_end=1 ("a"), b..d go back
+            0.0,  # mask
+            0.6,  # next chunk b,c,d (3 sentences, document end): coin -> actual next
+            0.0,
+        ],  # mask
+        randints=[
+            1,  # a_end
+            1,
+            0,  # random document 1, start sentence 0 (takes x, y: target 4-1=3)
+            1,
+        ],
+    )  # a_end for b | c d
     instances = create_instances_from_document(docs, 0, rng, o, STRINGS)
     assert [i.is_random_next for i in instances] == [True, False]
     assert instances[0].tokens == ["[CLS]", "[MASK]", "[SEP]", "x", "y", "[SEP]"]
@@ -81,7 +105,7 @@ def test_short_target_and_empty_documents():
     # Two documents survive; each makes one instance per pass (one sentence each).
     assert len(instances) == 4 and all(i.is_random_next for i in instances)
     for inst in instances:
-        a = inst.tokens[1:inst.tokens.index("[SEP]")]
+        a = inst.tokens[1 : inst.tokens.index("[SEP]")]
         assert len(a) >= 1 and len(inst.tokens) <= 16
 
 
@@ -92,12 +116,17 @@ def test_pinned_first_instances_with_seed():
     o = options(max_seq_length=12, max_predictions_per_seq=2, masked_lm_prob=0.2, dupe_factor=1)
     rng = random.Random(12345)
     instances = create_training_instances(docs, rng, o, STRINGS)
-    got = [(i.tokens, i.segment_ids, i.is_random_next, i.masked_lm_positions, i.masked_lm_labels)
-           for i in instances]
-    transcribed = google_create_training_instances(docs, random.Random(12345), 12, 1, 0.0, 0.2, 2,
-                                                   list(TINY_VOCAB), False)
-    assert got == [(i.tokens, i.segment_ids, i.is_random_next, i.masked_lm_positions, i.masked_lm_labels)
-                   for i in transcribed]
+    got = [
+        (i.tokens, i.segment_ids, i.is_random_next, i.masked_lm_positions, i.masked_lm_labels)
+        for i in instances
+    ]
+    transcribed = google_create_training_instances(
+        docs, random.Random(12345), 12, 1, 0.0, 0.2, 2, list(TINY_VOCAB), False
+    )
+    assert got == [
+        (i.tokens, i.segment_ids, i.is_random_next, i.masked_lm_positions, i.masked_lm_labels)
+        for i in transcribed
+    ]
     assert got == PINNED
 
 

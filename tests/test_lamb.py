@@ -26,12 +26,16 @@ INITIAL = {  # path -> (shape, initial values)
     "cls_predictions/output_bias": ((12,), "zeros"),
 }
 # Written out by hand, not computed by the rule under test.
-EXCLUDED = {"embeddings/LayerNorm/gamma", "embeddings/LayerNorm/beta",
-            "layer_0/attention_self/query/bias", "cls_predictions/output_bias"}
+EXCLUDED = {
+    "embeddings/LayerNorm/gamma",
+    "embeddings/LayerNorm/beta",
+    "layer_0/attention_self/query/bias",
+    "cls_predictions/output_bias",
+}
 # Global gradient norm of each step: above 1 (clipped) and below 1 (left alone), in turn.
 TARGET_NORMS = [2.5, 0.4, 1.8, 0.9, 7.0, 0.05, 3.0, 0.6, 1.2, 0.3, 4.0, 0.7]
-SPREAD_STEP = 2        # every variable's norm is below 1 there, the global norm is not
-ZERO_GRAD_STEP = 5     # cls_predictions/output_bias gets a zero gradient (its moments still move)
+SPREAD_STEP = 2  # every variable's norm is below 1 there, the global norm is not
+ZERO_GRAD_STEP = 5  # cls_predictions/output_bias gets a zero gradient (its moments still move)
 WARMUP, TOTAL = 3, 14  # the schedule: lr(0) = 0, warmup, decay, and the last steps near 0
 TOLERANCE = 1e-6
 
@@ -57,7 +61,7 @@ def gradient_sequence(seed=1):
         if step == SPREAD_STEP:
             grads = {p: g / np.linalg.norm(g) * target / np.sqrt(len(grads)) for p, g in grads.items()}
         else:
-            norm = np.sqrt(sum(np.sum(g ** 2) for g in grads.values()))
+            norm = np.sqrt(sum(np.sum(g**2) for g in grads.values()))
             grads = {p: g * target / norm for p, g in grads.items()}
         steps.append({p: g.astype(np.float32) for p, g in grads.items()})
     return steps
@@ -97,8 +101,9 @@ def as_tf_gradients(grads):
             for k, row in enumerate(repeated):  # split the row between its two occurrences
                 values[row], values[len(g) + k] = 0.25 * g[row], 0.75 * g[row]
             indices = np.concatenate([np.arange(len(g)), repeated]).astype(np.int64)
-            out.append(tf.IndexedSlices(tf.constant(values), tf.constant(indices),
-                                        tf.constant(g.shape, tf.int64)))
+            out.append(
+                tf.IndexedSlices(tf.constant(values), tf.constant(indices), tf.constant(g.shape, tf.int64))
+            )
         else:
             out.append(tf.constant(g))
     return out
@@ -114,7 +119,10 @@ def run_keras(optimizer, values, grads_seq, jit):
     """Applies the sequence; returns final weights {path: array} and the lr each update used."""
     variables = make_variables(values)
     optimizer.build(variables)
-    apply = lambda grads: optimizer.apply(grads, variables)
+
+    def apply(grads):
+        return optimizer.apply(grads, variables)
+
     if jit:
         apply = tf.function(apply, jit_compile=True)
     learning_rates = []
@@ -127,7 +135,7 @@ def run_keras(optimizer, values, grads_seq, jit):
 
 def clip(grads, mode, clip_norm=1.0):
     if mode == "global":
-        norm = np.sqrt(sum(np.sum(g ** 2) for g in grads.values()))
+        norm = np.sqrt(sum(np.sum(g**2) for g in grads.values()))
         return {p: g * clip_norm / max(norm, clip_norm) for p, g in grads.items()}
     if mode == "per_variable":
         return {p: g * clip_norm / max(np.linalg.norm(g), clip_norm) for p, g in grads.items()}
@@ -141,8 +149,21 @@ def max_abs_diff(a, b):
 
 # --- the NumPy reference ----------------------------------------------------------------------
 
-def numpy_lamb(values, grads_seq, lr_at, *, wd=0.01, b1=0.9, b2=0.999, eps=1e-6, clipping="global",
-               excluded=EXCLUDED, trust_ratio_for_excluded=True, ratio_when_w_is_zero=1.0):
+
+def numpy_lamb(
+    values,
+    grads_seq,
+    lr_at,
+    *,
+    wd=0.01,
+    b1=0.9,
+    b2=0.999,
+    eps=1e-6,
+    clipping="global",
+    excluded=EXCLUDED,
+    trust_ratio_for_excluded=True,
+    ratio_when_w_is_zero=1.0,
+):
     w = {p: v.astype(np.float64) for p, v in values.items()}
     m = {p: np.zeros_like(v) for p, v in w.items()}
     v = {p: np.zeros_like(x) for p, x in w.items()}
@@ -151,8 +172,8 @@ def numpy_lamb(values, grads_seq, lr_at, *, wd=0.01, b1=0.9, b2=0.999, eps=1e-6,
         lr = lr_at(t - 1)
         for p, grad in g.items():
             m[p] = b1 * m[p] + (1 - b1) * grad
-            v[p] = b2 * v[p] + (1 - b2) * grad ** 2
-            m_hat, v_hat = m[p] / (1 - b1 ** t), v[p] / (1 - b2 ** t)
+            v[p] = b2 * v[p] + (1 - b2) * grad**2
+            m_hat, v_hat = m[p] / (1 - b1**t), v[p] / (1 - b2**t)
             u = m_hat / (np.sqrt(v_hat) + eps)
             if p not in excluded:
                 u = u + wd * w[p]
@@ -203,7 +224,10 @@ def test_the_scenario_exercises_every_rule_of_the_reference(lamb_runs):
     assert sum(n > 1 for n in norms) >= 4 and sum(n < 1 for n in norms) >= 4
     spread = grads[SPREAD_STEP]
     assert norms[SPREAD_STEP] > 1 and all(np.linalg.norm(g) < 1 for g in spread.values())
-    lr_at = lambda s: schedule_closed_form(s, PEAK)
+
+    def lr_at(s):
+        return schedule_closed_form(s, PEAK)
+
     variants = {
         "no clipping": {"clipping": "none"},
         "per-variable clipping": {"clipping": "per_variable"},
@@ -218,8 +242,9 @@ def test_the_scenario_exercises_every_rule_of_the_reference(lamb_runs):
 def test_trust_ratio_can_be_limited_to_decayed_variables():
     values, grads = initial_values(), gradient_sequence()[:4]
     result, _ = run_keras(lamb_optimizer(trust_ratio_for_excluded=False), values, grads, jit=False)
-    reference = numpy_lamb(values, grads, lambda s: schedule_closed_form(s, PEAK), wd=WD,
-                           trust_ratio_for_excluded=False)
+    reference = numpy_lamb(
+        values, grads, lambda s: schedule_closed_form(s, PEAK), wd=WD, trust_ratio_for_excluded=False
+    )
     assert max_abs_diff(result, reference) <= TOLERANCE
 
 
@@ -236,6 +261,7 @@ def test_zero_initialised_bias_moves_with_trust_ratio_one():
 
 # --- the exclusion rule on the real model --------------------------------------------------
 
+
 def test_default_rule_on_real_bert_paths(tiny_config):
     model = BertPretrainer(tiny_config)
     optimizer = create_optimizer("lamb", 1e-3)
@@ -244,18 +270,30 @@ def test_default_rule_on_real_bert_paths(tiny_config):
     decayed = {v.path for v in model.trainable_variables if optimizer.uses_weight_decay(v)}
     assert excluded | decayed == {v.path for v in model.trainable_variables}
     assert not excluded & decayed
-    assert {"cls_predictions/output_bias", "cls_seq_relationship/output_bias",
-            "embeddings/LayerNorm/gamma", "embeddings/LayerNorm/beta",
-            "layer_1/attention_output_LayerNorm/gamma", "layer_0/output_LayerNorm/beta",
-            "cls_predictions/transform_LayerNorm/gamma", "pooler_dense/bias",
-            "layer_0/attention_self/query/bias"} <= excluded
-    assert {"embeddings/word_embeddings", "embeddings/position_embeddings",
-            "embeddings/token_type_embeddings", "cls_seq_relationship/output_weights",
-            "layer_1/intermediate_dense/kernel", "cls_predictions/transform_dense/kernel",
-            "pooler_dense/kernel"} <= decayed
+    assert {
+        "cls_predictions/output_bias",
+        "cls_seq_relationship/output_bias",
+        "embeddings/LayerNorm/gamma",
+        "embeddings/LayerNorm/beta",
+        "layer_1/attention_output_LayerNorm/gamma",
+        "layer_0/output_LayerNorm/beta",
+        "cls_predictions/transform_LayerNorm/gamma",
+        "pooler_dense/bias",
+        "layer_0/attention_self/query/bias",
+    } <= excluded
+    assert {
+        "embeddings/word_embeddings",
+        "embeddings/position_embeddings",
+        "embeddings/token_type_embeddings",
+        "cls_seq_relationship/output_weights",
+        "layer_1/intermediate_dense/kernel",
+        "cls_predictions/transform_dense/kernel",
+        "pooler_dense/kernel",
+    } <= decayed
     # Every kernel, embedding table and output_weights is decayed; nothing else is.
-    assert decayed == {p for p in excluded | decayed
-                       if p.endswith(("/kernel", "_embeddings", "/output_weights"))}
+    assert decayed == {
+        p for p in excluded | decayed if p.endswith(("/kernel", "_embeddings", "/output_weights"))
+    }
     # Per layer 6 biases + 2 LayerNorms; embeddings LayerNorm 2, pooler bias, MLM head 4, NSP bias.
     assert len(excluded) == 10 * tiny_config.num_hidden_layers + 8
     # The same classification Google's rule gives on the TF1 checkpoint names of the variables.
@@ -270,7 +308,8 @@ def test_pattern_matching_no_variable_is_an_error_naming_it(tiny_config):
     model = BertPretrainer(tiny_config)
     with pytest.raises(ValueError, match="'Layer_Norm'"):
         LAMB(1e-3, exclude_from_weight_decay=("LayerNorm", "bias", "Layer_Norm")).build(
-            model.trainable_variables)
+            model.trainable_variables
+        )
     # Google's two spellings of LayerNorm count as one: one of them matching is enough ...
     LAMB(1e-3, exclude_from_weight_decay=("LayerNorm", "layer_norm", "bias")).build(model.trainable_variables)
     # ... but not when neither does.

@@ -14,8 +14,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def _bash(*args, env=None, cwd=ROOT):
     full_env = dict(os.environ, **(env or {}))
-    return subprocess.run(["bash", *args], cwd=cwd, env=full_env, capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run(["bash", *args], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=300)
 
 
 def _printed_command(result):
@@ -32,8 +31,15 @@ def test_dockerfile_and_every_shell_script_are_lint_clean():
     assert "Haskell Dockerfile Linter 2.15.1: Dockerfile" in output
     assert "[lint] ruff 0.17.6: ." in output  # the whole tree, lint and format
     checked = output.split("[lint] shellcheck 0.11.0: ", 1)[1].splitlines()[0].split()
-    for script in ["scripts/setup.sh", "scripts/test.sh", ".ci/run", "scripts/run.sub",
-                   "scripts/lint.sh", "scripts/docker/build.sh", "scripts/docker/launch.sh"]:
+    for script in [
+        "scripts/setup.sh",
+        "scripts/test.sh",
+        ".ci/run",
+        "scripts/run.sub",
+        "scripts/lint.sh",
+        "scripts/docker/build.sh",
+        "scripts/docker/launch.sh",
+    ]:
         assert script in checked
 
 
@@ -56,9 +62,23 @@ def test_the_linters_fail_on_a_finding(tmp_path):
 def test_launch_builds_nvidias_docker_run_line(tmp_path):
     data = tmp_path / "data"
     data.mkdir()
-    result = _bash("scripts/docker/launch.sh", "--dry-run", "--gpus", "0,1", "--data", str(data),
-                   "--results", str(tmp_path / "results"), "--env", "NCCL_SOCKET_IFNAME=ib0",
-                   "--", "python", "run_pretraining.py", "--note", "two words")
+    result = _bash(
+        "scripts/docker/launch.sh",
+        "--dry-run",
+        "--gpus",
+        "0,1",
+        "--data",
+        str(data),
+        "--results",
+        str(tmp_path / "results"),
+        "--env",
+        "NCCL_SOCKET_IFNAME=ib0",
+        "--",
+        "python",
+        "run_pretraining.py",
+        "--note",
+        "two words",
+    )
     argv = _printed_command(result)
     assert argv[:2] == ["docker", "run"]
     assert argv[argv.index("--gpus") + 1] == '"device=0,1"'
@@ -75,23 +95,33 @@ def test_launch_builds_nvidias_docker_run_line(tmp_path):
 
 
 def test_launch_defaults_and_ipc_host():
-    argv = _printed_command(_bash("scripts/docker/launch.sh", "--dry-run", "--ipc-host", "--no-code-mount",
-                                  env={"NV_VISIBLE_DEVICES": "all", "BERT_IMAGE": "reg.io/me/bert:1"}))
+    argv = _printed_command(
+        _bash(
+            "scripts/docker/launch.sh",
+            "--dry-run",
+            "--ipc-host",
+            "--no-code-mount",
+            env={"NV_VISIBLE_DEVICES": "all", "BERT_IMAGE": "reg.io/me/bert:1"},
+        )
+    )
     assert argv[argv.index("--gpus") + 1] == "all"
     assert "--ipc=host" in argv and not any(a.startswith("--shm-size") for a in argv)
     assert f"{ROOT}:/workspace/bert" not in argv
     assert argv[-2:] == ["reg.io/me/bert:1", "/bin/bash"]
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--gpus", "0,x"], "--gpus must be all, none or a list of GPU indices"),
-    (["--data", "/no/such/dir"], "--data /no/such/dir is not a directory"),
-    (["--shm-size", "lots"], "--shm-size must look like 1g"),
-    (["--mount", "relative:/x"], "--mount 'relative:/x' must be /SRC:/DST"),
-    (["--mount", "/no/such/dir:/x"], "--mount source /no/such/dir does not exist"),
-    (["--env", "1BAD=x"], "--env '1BAD=x' must be NAME or NAME=VALUE"),
-    (["--frobnicate"], "unknown option: --frobnicate"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--gpus", "0,x"], "--gpus must be all, none or a list of GPU indices"),
+        (["--data", "/no/such/dir"], "--data /no/such/dir is not a directory"),
+        (["--shm-size", "lots"], "--shm-size must look like 1g"),
+        (["--mount", "relative:/x"], "--mount 'relative:/x' must be /SRC:/DST"),
+        (["--mount", "/no/such/dir:/x"], "--mount source /no/such/dir does not exist"),
+        (["--env", "1BAD=x"], "--env '1BAD=x' must be NAME or NAME=VALUE"),
+        (["--frobnicate"], "unknown option: --frobnicate"),
+    ],
+)
 def test_launch_refuses_bad_arguments(args, message):
     result = _bash("scripts/docker/launch.sh", "--dry-run", *args)
     assert result.returncode == 2
@@ -99,20 +129,35 @@ def test_launch_refuses_bad_arguments(args, message):
 
 
 def test_build_passes_the_build_arguments():
-    argv = _printed_command(_bash("scripts/docker/build.sh", "--dry-run", "--tag", "bert-tf2:dev",
-                                  "--uid", "1234", "--gid", "99", "--cuda-cc-list", "80,90"))
+    argv = _printed_command(
+        _bash(
+            "scripts/docker/build.sh",
+            "--dry-run",
+            "--tag",
+            "bert-tf2:dev",
+            "--uid",
+            "1234",
+            "--gid",
+            "99",
+            "--cuda-cc-list",
+            "80,90",
+        )
+    )
     assert argv[:4] == ["docker", "build", "--tag", "bert-tf2:dev"]
     build_args = [argv[i + 1] for i, a in enumerate(argv) if a == "--build-arg"]
     assert build_args == ["BERT_UID=1234", "BERT_GID=99", "HOROVOD_BUILD_CUDA_CC_LIST=80,90"]
     assert argv[-1] == ROOT
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--tag", "Bert:Latest"], "is not a valid image name"),
-    (["--cuda-cc-list", "8.0"], "--cuda-cc-list must look like 80,90"),
-    (["--uid", "1000"], "--uid and --gid go together"),
-    (["--tf-package", "torch==2.0"], "--tf-package must be a tensorflow requirement"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--tag", "Bert:Latest"], "is not a valid image name"),
+        (["--cuda-cc-list", "8.0"], "--cuda-cc-list must look like 80,90"),
+        (["--uid", "1000"], "--uid and --gid go together"),
+        (["--tf-package", "torch==2.0"], "--tf-package must be a tensorflow requirement"),
+    ],
+)
 def test_build_refuses_bad_arguments(args, message):
     result = _bash("scripts/docker/build.sh", "--dry-run", *args)
     assert result.returncode == 2
@@ -122,27 +167,39 @@ def test_build_refuses_bad_arguments(args, message):
 def test_run_sub_starts_one_task_per_gpu_in_the_container(tmp_path):
     data = tmp_path / "data"
     data.mkdir()
-    env = {"BERT_DRY_RUN": "1", "SLURM_JOB_ID": "42", "SLURM_JOB_NUM_NODES": "2",
-           "SLURM_NTASKS_PER_NODE": "4", "SLURM_SUBMIT_DIR": ROOT, "CONT": "/shared/bert-tf2.sqsh",
-           "DATADIR": str(data), "RESULTSDIR": str(tmp_path / "results")}
+    env = {
+        "BERT_DRY_RUN": "1",
+        "SLURM_JOB_ID": "42",
+        "SLURM_JOB_NUM_NODES": "2",
+        "SLURM_NTASKS_PER_NODE": "4",
+        "SLURM_SUBMIT_DIR": ROOT,
+        "CONT": "/shared/bert-tf2.sqsh",
+        "DATADIR": str(data),
+        "RESULTSDIR": str(tmp_path / "results"),
+    }
     result = _bash("scripts/run.sub", "python", "run_pretraining.py", "--note", "two words", env=env)
     argv = _printed_command(result)
     assert "2 node(s) x 4 task(s) = 8 workers" in result.stdout
     assert argv[:3] == ["srun", "--mpi=pmix", "--ntasks-per-node=4"]
     assert "--container-image=/shared/bert-tf2.sqsh" in argv
-    assert (f"--container-mounts={ROOT}:/workspace/bert,{data}:/data,{tmp_path / 'results'}:/results"
-            in argv)
+    assert f"--container-mounts={ROOT}:/workspace/bert,{data}:/data,{tmp_path / 'results'}:/results" in argv
     assert "--container-workdir=/workspace/bert" in argv
     assert argv[-4:] == ["python", "run_pretraining.py", "--note", "two words"]
 
 
-@pytest.mark.parametrize("env, args, message", [
-    ({"SLURM_JOB_ID": ""}, ["python", "x.py"], "not inside a SLURM job"),
-    ({"SLURM_JOB_ID": "1", "CONT": ""}, ["python", "x.py"], "set CONT"),
-    ({"SLURM_JOB_ID": "1", "CONT": "img.sqsh", "DATADIR": "/no/such/dir"}, ["python", "x.py"],
-     "DATADIR /no/such/dir is not a directory"),
-    ({"SLURM_JOB_ID": "1"}, [], "give the command to run"),
-])
+@pytest.mark.parametrize(
+    "env, args, message",
+    [
+        ({"SLURM_JOB_ID": ""}, ["python", "x.py"], "not inside a SLURM job"),
+        ({"SLURM_JOB_ID": "1", "CONT": ""}, ["python", "x.py"], "set CONT"),
+        (
+            {"SLURM_JOB_ID": "1", "CONT": "img.sqsh", "DATADIR": "/no/such/dir"},
+            ["python", "x.py"],
+            "DATADIR /no/such/dir is not a directory",
+        ),
+        ({"SLURM_JOB_ID": "1"}, [], "give the command to run"),
+    ],
+)
 def test_run_sub_refuses_to_start_without_what_it_needs(env, args, message):
     result = _bash("scripts/run.sub", *args, env={"CONT": "", "DATADIR": "", **env})
     assert result.returncode == 2

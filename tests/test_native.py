@@ -13,7 +13,6 @@ from data.pretraining.writer import read_documents
 from pretraining_reference import native_or_skip
 
 
-
 @pytest.mark.parametrize("lower", [True, False])
 def test_fast_tokenizer_agrees_with_the_tokenizer(lower, minilm_dir, tmp_path):
     lib = native_or_skip()
@@ -24,8 +23,10 @@ def test_fast_tokenizer_agrees_with_the_tokenizer(lower, minilm_dir, tmp_path):
     fresh = native._character_table(base_tokenizer._tokenizer, lower)
     for cached, computed in zip((fast.cls, fast.rep_off, fast.rep), fresh):
         np.testing.assert_array_equal(cached, computed)
-    text = ("Ünïcödé ΣΟΦΙΑ σοφία ﬁne 東京タワー 😀 a\u0301b \u00a0 tab\there zero\u200bwidth "
-            "x" * 3 + " " + "y" * 101 + " l’école «quoted» İstanbul Straße $3.14 C++ e-mail\r")
+    text = (
+        "Ünïcödé ΣΟΦΙΑ σοφία ﬁne 東京タワー 😀 a\u0301b \u00a0 tab\there zero\u200bwidth "
+        "x" * 3 + " " + "y" * 101 + " l’école «quoted» İstanbul Straße $3.14 C++ e-mail\r"
+    )
     lines = [text, "", "   ", "plain ascii words, with punctuation!", "\x01", "mixed 😀 line", "İ Σ ς"]
     block = "\n".join(lines).encode()
     path = tmp_path / "t.txt"

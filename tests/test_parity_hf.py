@@ -27,9 +27,11 @@ def reference(minilm_dir):
         batch["segment_ids"][i, :n] = e["token_type_ids"]
     model = transformers.BertModel.from_pretrained(minilm_dir).eval()
     with torch.no_grad():
-        out = model(input_ids=torch.tensor(batch["input_ids"], dtype=torch.long),
-                    attention_mask=torch.tensor(batch["input_mask"], dtype=torch.long),
-                    token_type_ids=torch.tensor(batch["segment_ids"], dtype=torch.long))
+        out = model(
+            input_ids=torch.tensor(batch["input_ids"], dtype=torch.long),
+            attention_mask=torch.tensor(batch["input_mask"], dtype=torch.long),
+            token_type_ids=torch.tensor(batch["segment_ids"], dtype=torch.long),
+        )
     return batch, out.last_hidden_state.numpy(), out.pooler_output.numpy()
 
 

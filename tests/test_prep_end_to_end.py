@@ -3,7 +3,6 @@
 import glob
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -11,17 +10,24 @@ import sys
 import numpy as np
 import pytest
 
+import prepare_data
 from common.errors import UserError
 from common.files import temporary_name
 from data import paths
-import prepare_data
 from data.pretraining import stage
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(ROOT, "tests", "fixtures")
 SHARDS = ["--n_training_shards", "2", "--n_test_shards", "1", "--fraction_test_set", "0.2"]
-RECORDS = ["--max_seq_length", "128", "--max_predictions_per_seq", "20", "--dupe_factor", "2",
-           "--no_progress"]
+RECORDS = [
+    "--max_seq_length",
+    "128",
+    "--max_predictions_per_seq",
+    "20",
+    "--dupe_factor",
+    "2",
+    "--no_progress",
+]
 
 
 def _prep(data_dir, *args):
@@ -31,16 +37,28 @@ def _prep(data_dir, *args):
 
 
 def _tfrecord_dir(data_dir, dataset):
-    return paths.tfrecord_dir(str(data_dir), dataset, do_lower_case=True, max_seq_length=128,
-                              max_predictions_per_seq=20, masked_lm_prob=0.15, random_seed=12345,
-                              dupe_factor=2, n_training_shards=2, fraction_test=0.2)
+    return paths.tfrecord_dir(
+        str(data_dir),
+        dataset,
+        do_lower_case=True,
+        max_seq_length=128,
+        max_predictions_per_seq=20,
+        masked_lm_prob=0.15,
+        random_seed=12345,
+        dupe_factor=2,
+        n_training_shards=2,
+        fraction_test=0.2,
+    )
 
 
 def _read_back(files, vocab_size):
     from training.input_pipeline import pretraining_dataset
 
-    batches = list(pretraining_dataset(files, batch_size=4, max_seq_length=128, max_predictions_per_seq=20,
-                                       is_training=False).as_numpy_iterator())
+    batches = list(
+        pretraining_dataset(
+            files, batch_size=4, max_seq_length=128, max_predictions_per_seq=20, is_training=False
+        ).as_numpy_iterator()
+    )
     assert batches
     first = batches[0]
     assert first["input_ids"].shape == (4, 128) and first["input_mask"].shape == (4, 128)
@@ -58,33 +76,60 @@ def _manifest(directory):
         return json.load(f)
 
 
-@pytest.mark.parametrize("dataset, corpus, formatted_docs", [
-    ("wiki", "enwiki_sample.xml", 5),
-    ("notes", "domain_corpus.jsonl", 10),
-])
-def test_corpus_to_tfrecords_with_trained_and_existing_vocab(tmp_path, minilm_dir, dataset, corpus,
-                                                             formatted_docs):
-    _prep(tmp_path, "--action", "text_formatting", "--dataset", dataset,
-          "--input_files", os.path.join(FIXTURES, corpus), "--no_progress")
+@pytest.mark.parametrize(
+    "dataset, corpus, formatted_docs",
+    [
+        ("wiki", "enwiki_sample.xml", 5),
+        ("notes", "domain_corpus.jsonl", 10),
+    ],
+)
+def test_corpus_to_tfrecords_with_trained_and_existing_vocab(
+    tmp_path, minilm_dir, dataset, corpus, formatted_docs
+):
+    _prep(
+        tmp_path,
+        "--action",
+        "text_formatting",
+        "--dataset",
+        dataset,
+        "--input_files",
+        os.path.join(FIXTURES, corpus),
+        "--no_progress",
+    )
     formatted = paths.formatted_file(str(tmp_path), dataset)
     assert sum(1 for _ in open(formatted)) == formatted_docs
     _prep(tmp_path, "--action", "sharding", "--dataset", dataset, *SHARDS, "--no_progress")
     shard_dir = paths.sharded_dir(str(tmp_path), dataset, 2, 1, 0.2)
-    assert sorted(os.listdir(os.path.join(shard_dir, "training"))) == [f"{dataset}_training_0.txt",
-                                                                       f"{dataset}_training_1.txt"]
+    assert sorted(os.listdir(os.path.join(shard_dir, "training"))) == [
+        f"{dataset}_training_0.txt",
+        f"{dataset}_training_1.txt",
+    ]
     _prep(tmp_path, "--action", "vocab", "--dataset", dataset, *SHARDS, "--vocab_size", "300")
     trained_vocab = os.path.join(paths.vocab_dir(str(tmp_path), dataset), "vocab.txt")
 
     # Trained vocab, two worker processes, the output directory named from the parameters.
-    _prep(tmp_path, "--action", "create_tfrecord_files", "--dataset", dataset, *SHARDS, *RECORDS,
-          "--n_processes", "2")
+    _prep(
+        tmp_path,
+        "--action",
+        "create_tfrecord_files",
+        "--dataset",
+        dataset,
+        *SHARDS,
+        *RECORDS,
+        "--n_processes",
+        "2",
+    )
     out = _tfrecord_dir(tmp_path, dataset)
-    assert out.endswith(f"lower_case_1_seq_len_128_max_pred_20_masked_lm_prob_0.15_random_seed_12345_"
-                        f"dupe_factor_2_shard_2_test_split_20/{dataset}")
+    assert out.endswith(
+        f"lower_case_1_seq_len_128_max_pred_20_masked_lm_prob_0.15_random_seed_12345_"
+        f"dupe_factor_2_shard_2_test_split_20/{dataset}"
+    )
     manifest = _manifest(out)
     assert manifest["complete"] and sorted(manifest["outputs"]) == [
-        f"test/{dataset}_test_0.tfrecord", f"training/{dataset}_training_0.tfrecord",
-        f"training/{dataset}_training_1.tfrecord"]
+        f"test/{dataset}_test_0.tfrecord",
+        f"training/{dataset}_training_0.tfrecord",
+        f"training/{dataset}_training_1.tfrecord",
+    ]
     seeds = {entry["counts"]["seed"] for entry in manifest["outputs"].values()}
     assert len(seeds) == 3  # one derived seed per shard
     files = sorted(glob.glob(os.path.join(out, "*", "*.tfrecord")))
@@ -97,30 +142,66 @@ def test_corpus_to_tfrecords_with_trained_and_existing_vocab(tmp_path, minilm_di
     # An existing vocab (Google's uncased), one process, an explicit output directory.
     google_out = tmp_path / "google_vocab_records"
     _prep(tmp_path, "--action", "vocab", "--vocab_file", os.path.join(minilm_dir, "vocab.txt"))
-    _prep(tmp_path, "--action", "create_tfrecord_files", "--dataset", dataset, *SHARDS, *RECORDS,
-          "--n_processes", "1", "--vocab_file", os.path.join(minilm_dir, "vocab.txt"),
-          "--output_dir", str(google_out))
+    _prep(
+        tmp_path,
+        "--action",
+        "create_tfrecord_files",
+        "--dataset",
+        dataset,
+        *SHARDS,
+        *RECORDS,
+        "--n_processes",
+        "1",
+        "--vocab_file",
+        os.path.join(minilm_dir, "vocab.txt"),
+        "--output_dir",
+        str(google_out),
+    )
     google_files = sorted(glob.glob(str(google_out / "*" / "*.tfrecord")))
     assert len(google_files) == 3
     assert _read_back(google_files, vocab_size=30522)[0] == sum(
-        e["counts"]["instances"] for e in _manifest(google_out)["outputs"].values())
+        e["counts"]["instances"] for e in _manifest(google_out)["outputs"].values()
+    )
     assert os.path.getsize(trained_vocab) > 0
 
 
 @pytest.fixture
 def prepared(tmp_path):
     """JSONL corpus sharded (2 training + 1 test) with a trained vocab."""
-    _prep(tmp_path, "--action", "text_formatting", "--dataset", "notes", "--input_files",
-          os.path.join(FIXTURES, "domain_corpus.jsonl"), "--no_progress")
+    _prep(
+        tmp_path,
+        "--action",
+        "text_formatting",
+        "--dataset",
+        "notes",
+        "--input_files",
+        os.path.join(FIXTURES, "domain_corpus.jsonl"),
+        "--no_progress",
+    )
     _prep(tmp_path, "--action", "sharding", "--dataset", "notes", *SHARDS, "--no_progress")
     _prep(tmp_path, "--action", "vocab", "--dataset", "notes", *SHARDS, "--vocab_size", "300")
     return tmp_path
 
 
 def _run_records(data_dir, *extra, processes="1"):
-    stats = prepare_data.run(prepare_data.parse_flags(
-        ["--data_dir", str(data_dir), "--action", "create_tfrecord_files", "--dataset", "notes", *SHARDS,
-         *RECORDS, "--n_processes", processes, *extra]), environ={})
+    stats = prepare_data.run(
+        prepare_data.parse_flags(
+            [
+                "--data_dir",
+                str(data_dir),
+                "--action",
+                "create_tfrecord_files",
+                "--dataset",
+                "notes",
+                *SHARDS,
+                *RECORDS,
+                "--n_processes",
+                processes,
+                *extra,
+            ]
+        ),
+        environ={},
+    )
     return stats
 
 
@@ -130,8 +211,10 @@ def test_restart_redoes_only_the_corrupt_or_unfinished_output(prepared):
     out = _tfrecord_dir(prepared, "notes")
     target = os.path.join(out, "training", "notes_training_1.tfrecord")
     original = open(target, "rb").read()
-    others = {p: os.stat(p).st_mtime_ns for p in glob.glob(os.path.join(out, "*", "*.tfrecord")) if p != target}
-    with open(target, "r+b") as f:      # flip one byte: same size, wrong sha256
+    others = {
+        p: os.stat(p).st_mtime_ns for p in glob.glob(os.path.join(out, "*", "*.tfrecord")) if p != target
+    }
+    with open(target, "r+b") as f:  # flip one byte: same size, wrong sha256
         f.seek(len(original) // 2)
         f.write(bytes([original[len(original) // 2] ^ 0xFF]))
     again = _run_records(prepared)
@@ -161,8 +244,16 @@ def test_restart_redoes_only_the_corrupt_or_unfinished_output(prepared):
 def test_bad_inputs_stop_with_one_sentence(prepared, tmp_path, capsys):
     bad_vocab = tmp_path / "no_mask.txt"
     bad_vocab.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\nthe\n")
-    args = ["--data_dir", str(prepared), "--action", "create_tfrecord_files", "--dataset", "notes", *SHARDS,
-            *RECORDS]
+    args = [
+        "--data_dir",
+        str(prepared),
+        "--action",
+        "create_tfrecord_files",
+        "--dataset",
+        "notes",
+        *SHARDS,
+        *RECORDS,
+    ]
     assert prepare_data.main(args + ["--vocab_file", str(bad_vocab)], environ={}) == 2
     assert "lacks the special token(s) [MASK]" in capsys.readouterr().err
     blocker = tmp_path / "a_file"
@@ -170,14 +261,51 @@ def test_bad_inputs_stop_with_one_sentence(prepared, tmp_path, capsys):
     assert prepare_data.main(args + ["--output_dir", str(blocker / "out")], environ={}) == 2
     err = capsys.readouterr().err
     assert "Cannot write to the TFRecord output directory" in err and err.count("\n") == 1
-    assert prepare_data.main(["--data_dir", str(prepared), "--action", "create_tfrecord_files", "--dataset", "other",
-                      *SHARDS, *RECORDS, "--vocab_file", str(bad_vocab)], environ={}) == 2
-    assert prepare_data.main(["--data_dir", str(prepared), "--action", "sharding", "--dataset", "notes",
-                      "--n_training_shards", "20", "--n_test_shards", "1", "--fraction_test_set", "0.1"],
-                     environ={}) == 2
+    assert (
+        prepare_data.main(
+            [
+                "--data_dir",
+                str(prepared),
+                "--action",
+                "create_tfrecord_files",
+                "--dataset",
+                "other",
+                *SHARDS,
+                *RECORDS,
+                "--vocab_file",
+                str(bad_vocab),
+            ],
+            environ={},
+        )
+        == 2
+    )
+    assert (
+        prepare_data.main(
+            [
+                "--data_dir",
+                str(prepared),
+                "--action",
+                "sharding",
+                "--dataset",
+                "notes",
+                "--n_training_shards",
+                "20",
+                "--n_test_shards",
+                "1",
+                "--fraction_test_set",
+                "0.1",
+            ],
+            environ={},
+        )
+        == 2
+    )
     assert "fewer than --n_training_shards 20" in capsys.readouterr().err
-    assert prepare_data.main(["--data_dir", str(prepared), "--action", "text_formatting", "--dataset", "x"],
-                     environ={}) == 2
+    assert (
+        prepare_data.main(
+            ["--data_dir", str(prepared), "--action", "text_formatting", "--dataset", "x"], environ={}
+        )
+        == 2
+    )
     assert "Pass --input_files" in capsys.readouterr().err
 
 
@@ -199,9 +327,13 @@ def test_ranks_split_the_shards_deterministically(tmp_path):
     rels = stage.list_shards(str(shard_dir))
     assert rels == [f"training/d_training_{i}.txt" for i in range(5)]
     ranks = stage.assign_to_ranks(str(shard_dir), rels, 2)
-    assert ranks == [["training/d_training_0.txt", "training/d_training_1.txt", "training/d_training_2.txt"],
-                     ["training/d_training_3.txt", "training/d_training_4.txt"]]
-    assert stage.shard_seed(12345, "training/d_training_0.txt") != stage.shard_seed(12345, "test/d_test_0.txt")
+    assert ranks == [
+        ["training/d_training_0.txt", "training/d_training_1.txt", "training/d_training_2.txt"],
+        ["training/d_training_3.txt", "training/d_training_4.txt"],
+    ]
+    assert stage.shard_seed(12345, "training/d_training_0.txt") != stage.shard_seed(
+        12345, "test/d_test_0.txt"
+    )
 
 
 @pytest.mark.slow
@@ -211,9 +343,22 @@ def test_mpirun_two_ranks_write_what_one_process_writes(prepared):
         pytest.skip("mpirun is not installed")
     single = _run_records(prepared, "--output_dir", str(prepared / "single"))
     command = [mpirun, "-np", "2", "--oversubscribe"] + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
-    command += [sys.executable, "prepare_data.py", "--data_dir", str(prepared), "--action",
-                "create_tfrecord_files", "--dataset", "notes", *SHARDS, *RECORDS, "--n_processes", "1",
-                "--output_dir", str(prepared / "mpi")]
+    command += [
+        sys.executable,
+        "prepare_data.py",
+        "--data_dir",
+        str(prepared),
+        "--action",
+        "create_tfrecord_files",
+        "--dataset",
+        "notes",
+        *SHARDS,
+        *RECORDS,
+        "--n_processes",
+        "1",
+        "--output_dir",
+        str(prepared / "mpi"),
+    ]
     env = {**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")}
     result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
     assert result.returncode == 0, result.stderr[-2000:]
@@ -229,11 +374,13 @@ def test_data_download_script_validates_and_runs_offline(tmp_path):
     script = os.path.join(ROOT, "scripts", "data_download.sh")
     bad = subprocess.run(["bash", script, "books"], capture_output=True, text=True)
     assert bad.returncode == 2 and "unknown target 'books'" in bad.stderr
-    bad = subprocess.run(["bash", script, "wiki_only", "--n_training_shards", "many"], capture_output=True,
-                         text=True)
+    bad = subprocess.run(
+        ["bash", script, "wiki_only", "--n_training_shards", "many"], capture_output=True, text=True
+    )
     assert bad.returncode == 2 and "--n_training_shards must be a positive integer" in bad.stderr
-    plan = subprocess.run(["bash", script, "all", "--dry_run", "--data_dir", str(tmp_path)],
-                          capture_output=True, text=True)
+    plan = subprocess.run(
+        ["bash", script, "all", "--dry_run", "--data_dir", str(tmp_path)], capture_output=True, text=True
+    )
     assert plan.returncode == 0, plan.stderr
     expected = paths.default_pretraining_dirs(str(tmp_path))
     assert expected["phase1"] in plan.stdout and expected["phase2"] in plan.stdout
@@ -247,9 +394,31 @@ def test_offline_python_docs_corpus_is_built_once_and_formatted(tmp_path, capsys
     capsys.readouterr()
     _prep(tmp_path, "--action", "download", "--dataset", "python_docs", "--corpus_mb", "0.3", "--no_progress")
     assert "skipped=True" in capsys.readouterr().err
-    _prep(tmp_path, "--action", "text_formatting", "--dataset", "python_docs", "--input_format", "text",
-          "--no_progress")
+    _prep(
+        tmp_path,
+        "--action",
+        "text_formatting",
+        "--dataset",
+        "python_docs",
+        "--input_format",
+        "text",
+        "--no_progress",
+    )
     with open(paths.formatted_file(str(tmp_path), "python_docs"), encoding="utf-8") as f:
         assert len(f.read().splitlines()) > 10  # one document per line
-    assert prepare_data.main(["--action", "download", "--dataset", "python_docs", "--corpus_mb", "0",
-                              "--data_dir", str(tmp_path)], environ={}) == 2
+    assert (
+        prepare_data.main(
+            [
+                "--action",
+                "download",
+                "--dataset",
+                "python_docs",
+                "--corpus_mb",
+                "0",
+                "--data_dir",
+                str(tmp_path),
+            ],
+            environ={},
+        )
+        == 2
+    )

@@ -64,7 +64,9 @@ def test_xla_train_step_matches_eager_gradients(tiny_config, policy):
     out = model(batch)
     logp = tf.nn.log_softmax(out["mlm_logits"]).numpy()
     w = batch["masked_lm_weights"]
-    mlm = -(np.take_along_axis(logp, batch["masked_lm_ids"][..., None], -1)[..., 0] * w).sum() / (w.sum() + 1e-5)
+    mlm = -(np.take_along_axis(logp, batch["masked_lm_ids"][..., None], -1)[..., 0] * w).sum() / (
+        w.sum() + 1e-5
+    )
     nsp_logp = tf.nn.log_softmax(out["nsp_logits"]).numpy()
     nsp = -np.take_along_axis(nsp_logp, batch["next_sentence_labels"], -1).mean()
     assert abs(float(eager_loss) - (mlm + nsp)) < 1e-4 if policy == "float32" else True
@@ -72,8 +74,9 @@ def test_xla_train_step_matches_eager_gradients(tiny_config, policy):
 
 @pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
 def test_config_round_trip(tiny_config, policy):
-    model = BertPretrainer(tiny_config, dtype=policy, encoder=BertEncoder(tiny_config, dtype=policy,
-                                                                           name="encoder"))
+    model = BertPretrainer(
+        tiny_config, dtype=policy, encoder=BertEncoder(tiny_config, dtype=policy, name="encoder")
+    )
     copy = assert_config_round_trip(model, random_batch(tiny_config))
     assert copy.encoder.name == "encoder" and copy.encoder.dtype_policy.name == policy
     # The copy's MLM head is tied to the copy's own encoder, not to a table of its own.

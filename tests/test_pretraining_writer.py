@@ -16,11 +16,16 @@ from data.pretraining import tfrecord
 from data.pretraining import writer as cpd
 from data.pretraining.instances import InstanceOptions
 from data.pretraining.writer import _create_training_files, create_training_files
-from pretraining_reference import (google_create_training_instances, google_examples, google_read_documents,
-                                   native_or_skip, read_examples, write_corpus)
+from pretraining_reference import (
+    google_create_training_instances,
+    google_examples,
+    google_read_documents,
+    native_or_skip,
+    read_examples,
+    write_corpus,
+)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
 
 
 @pytest.fixture(scope="module")
@@ -34,12 +39,33 @@ def corpus(tmp_path_factory):
 
 
 CASES = [
-    dict(max_seq_length=128, max_predictions_per_seq=20, masked_lm_prob=0.15, short_seq_prob=0.1,
-         dupe_factor=2, do_whole_word_mask=False, random_seed=12345),
-    dict(max_seq_length=24, max_predictions_per_seq=5, masked_lm_prob=0.3, short_seq_prob=0.5,
-         dupe_factor=2, do_whole_word_mask=True, random_seed=7),
-    dict(max_seq_length=9, max_predictions_per_seq=2, masked_lm_prob=0.0, short_seq_prob=1.0,
-         dupe_factor=1, do_whole_word_mask=False, random_seed=1),
+    dict(
+        max_seq_length=128,
+        max_predictions_per_seq=20,
+        masked_lm_prob=0.15,
+        short_seq_prob=0.1,
+        dupe_factor=2,
+        do_whole_word_mask=False,
+        random_seed=12345,
+    ),
+    dict(
+        max_seq_length=24,
+        max_predictions_per_seq=5,
+        masked_lm_prob=0.3,
+        short_seq_prob=0.5,
+        dupe_factor=2,
+        do_whole_word_mask=True,
+        random_seed=7,
+    ),
+    dict(
+        max_seq_length=9,
+        max_predictions_per_seq=2,
+        masked_lm_prob=0.0,
+        short_seq_prob=1.0,
+        dupe_factor=1,
+        do_whole_word_mask=False,
+        random_seed=1,
+    ),
 ]
 
 
@@ -52,8 +78,16 @@ def test_files_equal_the_reference_example_for_example(case, corpus, base_tokeni
 
     docs = google_read_documents([corpus], base_tokenizer)
     instances = google_create_training_instances(
-        docs, random.Random(c["random_seed"]), S, c["dupe_factor"], c["short_seq_prob"], c["masked_lm_prob"],
-        P, list(base_tokenizer.vocab.keys()), c["do_whole_word_mask"])
+        docs,
+        random.Random(c["random_seed"]),
+        S,
+        c["dupe_factor"],
+        c["short_seq_prob"],
+        c["masked_lm_prob"],
+        P,
+        list(base_tokenizer.vocab.keys()),
+        c["do_whole_word_mask"],
+    )
     expected = google_examples(instances, base_tokenizer.vocab, S, P, 2)
 
     assert stats["instances"] == len(instances) > 50
@@ -70,8 +104,13 @@ def test_files_equal_the_reference_example_for_example(case, corpus, base_tokeni
 
 def test_both_engines_write_the_same_bytes(corpus, base_tokenizer, tmp_path):
     native_or_skip()
-    o = InstanceOptions(max_seq_length=32, max_predictions_per_seq=6, dupe_factor=2, do_whole_word_mask=True,
-                        short_seq_prob=0.3)
+    o = InstanceOptions(
+        max_seq_length=32,
+        max_predictions_per_seq=6,
+        dupe_factor=2,
+        do_whole_word_mask=True,
+        short_seq_prob=0.3,
+    )
     files = {}
     for engine in ("native", "python"):
         out = str(tmp_path / f"{engine}.tfrecord")
@@ -98,18 +137,32 @@ def test_round_robin_over_outputs_matches_one_output(corpus, base_tokenizer, tmp
 
 
 def run_cli(*args):
-    return subprocess.run([sys.executable, "create_pretraining_data.py", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "create_pretraining_data.py", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_cli_end_to_end_with_invalid_utf8(minilm_dir, tmp_path):
     path = tmp_path / "in.txt"
-    path.write_bytes("Hello world.\nThe second sentence.\n\nAnother document here.\nWith bad \xff bytes.\n"
-                     .encode("latin-1").replace(b"\\xff", b"\xff"))
+    path.write_bytes(
+        "Hello world.\nThe second sentence.\n\nAnother document here.\nWith bad \xff bytes.\n".encode(
+            "latin-1"
+        ).replace(b"\\xff", b"\xff")
+    )
     out = tmp_path / "out" / "x.tfrecord"
-    r = run_cli(f"--input_file={tmp_path}/in*.txt", f"--output_file={out}",
-                f"--vocab_file={minilm_dir}/vocab.txt", "--dupe_factor=3", "--max_seq_length=16",
-                "--max_predictions_per_seq=3", "--nodo_lower_case")
+    r = run_cli(
+        f"--input_file={tmp_path}/in*.txt",
+        f"--output_file={out}",
+        f"--vocab_file={minilm_dir}/vocab.txt",
+        "--dupe_factor=3",
+        "--max_seq_length=16",
+        "--max_predictions_per_seq=3",
+        "--nodo_lower_case",
+    )
     assert r.returncode == 0, r.stderr
     summary = r.stdout.strip().splitlines()[-1]
     assert "2 documents, 4 sentences" in summary and "1 lines with invalid UTF-8 replaced" in summary
@@ -153,6 +206,7 @@ def test_failure_leaves_no_output(base_tokenizer, tmp_path, monkeypatch):
 
 def test_progress_adds_up_to_the_input_size(corpus, base_tokenizer, tmp_path):
     seen = []
-    create_training_files([corpus], [str(tmp_path / "o")], base_tokenizer, dupe_factor=1,
-                          progress=seen.append)
+    create_training_files(
+        [corpus], [str(tmp_path / "o")], base_tokenizer, dupe_factor=1, progress=seen.append
+    )
     assert sum(seen) == os.path.getsize(corpus) and all(n >= 0 for n in seen)

@@ -46,5 +46,7 @@ def test_unknown_total_shows_the_amount_and_rate():
 
 
 def test_summary_is_one_line_with_separators():
-    assert summary("x", {"documents": 1234, "seconds": 1.5}, stream=io.StringIO()) == \
-        "[x] done: documents=1,234  seconds=1.50"
+    assert (
+        summary("x", {"documents": 1234, "seconds": 1.5}, stream=io.StringIO())
+        == "[x] done: documents=1,234  seconds=1.50"
+    )

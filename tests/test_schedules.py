@@ -26,10 +26,10 @@ def google_learning_rate(step, init_lr, num_warmup_steps, num_train_steps, power
 def test_closed_form_at_the_boundaries(power):
     schedule = WarmupPolynomialDecay(PEAK, WARMUP, TOTAL, power)
     expected = {
-        0: 0.0,                                          # the first update uses lr 0
+        0: 0.0,  # the first update uses lr 0
         1: PEAK / WARMUP,
         WARMUP - 1: PEAK * (WARMUP - 1) / WARMUP,
-        WARMUP: PEAK * (1 - WARMUP / TOTAL) ** power,    # decay counted from step 0: a drop here
+        WARMUP: PEAK * (1 - WARMUP / TOTAL) ** power,  # decay counted from step 0: a drop here
         60: PEAK * (1 - 60 / TOTAL) ** power,
         TOTAL - 1: PEAK * (1 / TOTAL) ** power,
         TOTAL: 0.0,
@@ -63,21 +63,29 @@ def test_same_value_inside_an_xla_function():
 
 def test_serialisable():
     schedule = WarmupPolynomialDecay(PEAK, WARMUP, TOTAL, 0.5, end_learning_rate=1e-6)
-    assert schedule.get_config() == {"peak_learning_rate": PEAK, "warmup_steps": WARMUP, "total_steps": TOTAL,
-                                     "power": 0.5, "end_learning_rate": 1e-6}
+    assert schedule.get_config() == {
+        "peak_learning_rate": PEAK,
+        "warmup_steps": WARMUP,
+        "total_steps": TOTAL,
+        "power": 0.5,
+        "end_learning_rate": 1e-6,
+    }
     restored = keras.optimizers.schedules.deserialize(keras.optimizers.schedules.serialize(schedule))
     assert type(restored) is Schedule and restored.get_config() == schedule.get_config()
     assert float(restored(50)) == float(schedule(50))
 
 
-@pytest.mark.parametrize("kwargs, word", [
-    ({"peak_learning_rate": 0.0}, "peak_learning_rate"),
-    ({"total_steps": 0}, "total_steps"),
-    ({"warmup_steps": TOTAL + 1}, "warmup_steps"),
-    ({"warmup_steps": 2.5}, "warmup_steps"),
-    ({"power": 0.0}, "power"),
-    ({"end_learning_rate": 1.0}, "end_learning_rate"),
-])
+@pytest.mark.parametrize(
+    "kwargs, word",
+    [
+        ({"peak_learning_rate": 0.0}, "peak_learning_rate"),
+        ({"total_steps": 0}, "total_steps"),
+        ({"warmup_steps": TOTAL + 1}, "warmup_steps"),
+        ({"warmup_steps": 2.5}, "warmup_steps"),
+        ({"power": 0.0}, "power"),
+        ({"end_learning_rate": 1.0}, "end_learning_rate"),
+    ],
+)
 def test_invalid_arguments_are_named(kwargs, word):
     arguments = {"peak_learning_rate": PEAK, "warmup_steps": WARMUP, "total_steps": TOTAL, "power": 1.0}
     with pytest.raises(ValueError, match=word):
@@ -94,6 +102,7 @@ def test_scaled_learning_rate():
 def test_schedule_reads_applied_updates_and_skipped_steps_do_not_advance_it():
     """A train step that skips apply() (non-finite gradients, inside XLA) leaves no trace: the
     count, the schedule position and the weights are those of a run that never saw the step."""
+
     def make():
         variable = keras.Variable(np.full((3,), 0.5, np.float32), name="kernel")
         optimizer = AdamWeightDecay(WarmupPolynomialDecay(0.1, 4, 10, 1.0), exclude_from_weight_decay=())
@@ -107,6 +116,7 @@ def test_schedule_reads_applied_updates_and_skipped_steps_do_not_advance_it():
         def apply():
             optimizer.apply([gradient], [variable])
             return tf.constant(True)
+
         return tf.cond(tf.reduce_all(tf.math.is_finite(gradient)), apply, lambda: tf.constant(False))
 
     good = [tf.constant([0.3, -0.1, 0.2]), tf.constant([0.1, 0.4, -0.2])]

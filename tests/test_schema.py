@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from data.pretraining import native
-from data.pretraining import schema
+from data.pretraining import native, schema
 
 S, P = 16, 4
 
@@ -44,15 +43,22 @@ def random_features(rng, n_tokens, n_masked, vocab_size=30522):
     cut = rng.randrange(1, n_tokens - 1)
     segments = [0] * (cut + 1) + [1] * (n_tokens - cut - 1)
     positions = sorted(rng.sample(range(1, n_tokens - 1), n_masked))
-    return schema.pad_features(ids, segments, positions, [ids[p] for p in positions],
-                               rng.random() < 0.5, S, P)
+    return schema.pad_features(
+        ids, segments, positions, [ids[p] for p in positions], rng.random() < 0.5, S, P
+    )
 
 
 def test_feature_layout_is_googles():
     assert schema.FEATURE_NAMES == tuple(google_feature_spec(S, P))
     assert schema.feature_lengths(128, 20) == {
-        "input_ids": 128, "input_mask": 128, "segment_ids": 128, "masked_lm_positions": 20,
-        "masked_lm_ids": 20, "masked_lm_weights": 20, "next_sentence_labels": 1}
+        "input_ids": 128,
+        "input_mask": 128,
+        "segment_ids": 128,
+        "masked_lm_positions": 20,
+        "masked_lm_ids": 20,
+        "masked_lm_weights": 20,
+        "next_sentence_labels": 1,
+    }
     spec = schema.feature_spec(S, P)
     for name, google in google_feature_spec(S, P).items():
         assert spec[name].shape == google.shape and spec[name].dtype == google.dtype
@@ -61,9 +67,14 @@ def test_feature_layout_is_googles():
 def test_pad_features_layout():
     f = schema.pad_features([2, 7, 3, 8, 3], [0, 0, 0, 1, 1], [1], [9], True, 8, 3)
     assert f == {
-        "input_ids": [2, 7, 3, 8, 3, 0, 0, 0], "input_mask": [1, 1, 1, 1, 1, 0, 0, 0],
-        "segment_ids": [0, 0, 0, 1, 1, 0, 0, 0], "masked_lm_positions": [1, 0, 0],
-        "masked_lm_ids": [9, 0, 0], "masked_lm_weights": [1.0, 0.0, 0.0], "next_sentence_labels": [1]}
+        "input_ids": [2, 7, 3, 8, 3, 0, 0, 0],
+        "input_mask": [1, 1, 1, 1, 1, 0, 0, 0],
+        "segment_ids": [0, 0, 0, 1, 1, 0, 0, 0],
+        "masked_lm_positions": [1, 0, 0],
+        "masked_lm_ids": [9, 0, 0],
+        "masked_lm_weights": [1.0, 0.0, 0.0],
+        "next_sentence_labels": [1],
+    }
     with pytest.raises(ValueError, match="max_seq_length=4"):
         schema.pad_features([1] * 5, [0] * 5, [], [], False, 4, 3)
 

@@ -8,11 +8,12 @@ import pytest
 
 from conftest import ROOT
 
-LEGEND = ("# Shapes: B batch, S sequence, D hidden, N heads, H head size (D = N * H), I intermediate,\n"
-          "# P masked positions (max predictions per sequence), V vocab.")
+LEGEND = (
+    "# Shapes: B batch, S sequence, D hidden, N heads, H head size (D = N * H), I intermediate,\n"
+    "# P masked positions (max predictions per sequence), V vocab."
+)
 LETTERS = set("BSDNHIPV")
-FILES = sorted(glob.glob(os.path.join(ROOT, "bert", "*.py"))) + [
-    os.path.join(ROOT, "extract_features.py")]
+FILES = sorted(glob.glob(os.path.join(ROOT, "bert", "*.py"))) + [os.path.join(ROOT, "extract_features.py")]
 
 
 def _shape_letters(text):

@@ -15,27 +15,53 @@ def _quiet(*_):
     pass
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("Dr. Smith went to Washington. He arrived at 3 p.m. The meeting was over.",
-     ["Dr. Smith went to Washington.", "He arrived at 3 p.m.", "The meeting was over."]),
-    ("The author J. R. R. Tolkien wrote it. It sold well.",
-     ["The author J. R. R. Tolkien wrote it.", "It sold well."]),
-    ("It costs $3.50, e.g. for Apples. See No. 5 and Fig. 2 on p. 12. Done.",
-     ["It costs $3.50, e.g. for Apples.", "See No. 5 and Fig. 2 on p. 12.", "Done."]),
-    ('He said "Stop." Then he left. (See below.) Next one!',
-     ['He said "Stop."', "Then he left.", "(See below.)", "Next one!"]),
-    ("She moved to the U.S. The weather is nice. The U.S. Army is big.",
-     ["She moved to the U.S.", "The weather is nice.", "The U.S. Army is big."]),
-    ("Was it good? Yes! Absolutely... Maybe not.", ["Was it good?", "Yes!", "Absolutely...", "Maybe not."]),
-    ("Smith et al. found it in 2009. 2010 was different. Pi is approx. 3.14159 in value.",
-     ["Smith et al. found it in 2009.", "2010 was different.", "Pi is approx. 3.14159 in value."]),
-    ("The answer was no. The end. St. Louis and Mt. Everest are far apart.",
-     ["The answer was no.", "The end.", "St. Louis and Mt. Everest are far apart."]),
-    ("北京是中国的首都。上海是最大的城市！你去过吗？", ["北京是中国的首都。", "上海是最大的城市！", "你去过吗？"]),
-    ("lower case after a period. continues the sentence", ["lower case after a period. continues the sentence"]),
-    ("No terminal punctuation", ["No terminal punctuation"]),
-    ("", []),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        (
+            "Dr. Smith went to Washington. He arrived at 3 p.m. The meeting was over.",
+            ["Dr. Smith went to Washington.", "He arrived at 3 p.m.", "The meeting was over."],
+        ),
+        (
+            "The author J. R. R. Tolkien wrote it. It sold well.",
+            ["The author J. R. R. Tolkien wrote it.", "It sold well."],
+        ),
+        (
+            "It costs $3.50, e.g. for Apples. See No. 5 and Fig. 2 on p. 12. Done.",
+            ["It costs $3.50, e.g. for Apples.", "See No. 5 and Fig. 2 on p. 12.", "Done."],
+        ),
+        (
+            'He said "Stop." Then he left. (See below.) Next one!',
+            ['He said "Stop."', "Then he left.", "(See below.)", "Next one!"],
+        ),
+        (
+            "She moved to the U.S. The weather is nice. The U.S. Army is big.",
+            ["She moved to the U.S.", "The weather is nice.", "The U.S. Army is big."],
+        ),
+        (
+            "Was it good? Yes! Absolutely... Maybe not.",
+            ["Was it good?", "Yes!", "Absolutely...", "Maybe not."],
+        ),
+        (
+            "Smith et al. found it in 2009. 2010 was different. Pi is approx. 3.14159 in value.",
+            ["Smith et al. found it in 2009.", "2010 was different.", "Pi is approx. 3.14159 in value."],
+        ),
+        (
+            "The answer was no. The end. St. Louis and Mt. Everest are far apart.",
+            ["The answer was no.", "The end.", "St. Louis and Mt. Everest are far apart."],
+        ),
+        (
+            "北京是中国的首都。上海是最大的城市！你去过吗？",
+            ["北京是中国的首都。", "上海是最大的城市！", "你去过吗？"],
+        ),
+        (
+            "lower case after a period. continues the sentence",
+            ["lower case after a period. continues the sentence"],
+        ),
+        ("No terminal punctuation", ["No terminal punctuation"]),
+        ("", []),
+    ],
+)
 def test_split_sentences(text, expected):
     assert split_sentences(text) == expected
 
@@ -49,7 +75,10 @@ def test_split_long_cuts_at_spaces_and_inside_huge_words():
 def _corpus(tmp_path, n_docs=40, name="formatted.txt", seed=0):
     lines = []
     for i in range(n_docs):
-        sentences = [f"Document {i} sentence {j} talks about topic {(i * 7 + j) % 11}." for j in range(1 + (i * 5 + seed) % 9)]
+        sentences = [
+            f"Document {i} sentence {j} talks about topic {(i * 7 + j) % 11}."
+            for j in range(1 + (i * 5 + seed) % 9)
+        ]
         lines.append(" ".join(sentences))
     path = tmp_path / name
     path.write_text("\n".join(lines) + "\n\n")  # a trailing blank line is not a document
@@ -74,15 +103,17 @@ def test_documents_are_never_split_and_the_test_set_is_exact(tmp_path):
     training = [_read_shard_docs(out / "training" / f"ds_training_{i}.txt") for i in range(4)]
     test = [_read_shard_docs(out / "test" / f"ds_test_{i}.txt") for i in range(2)]
     every = [d for shard in training + test for d in shard]
-    assert sorted(every) == sorted(lines)                     # each document exactly once, intact
+    assert sorted(every) == sorted(lines)  # each document exactly once, intact
     assert sum(map(len, test)) == 10 == stats["test_documents"]  # floor(40 * 0.25)
     # Evenly spread: every 4th document goes to the test set.
     assert sorted(d for shard in test for d in shard) == sorted(lines[i] for i in range(3, 40, 4))
-    assert stats["documents"] == 40 and stats["sentences"] == sum(len(split_sentences(l)) for l in lines)
-    assert stats["one_sentence_documents"] == sum(len(split_sentences(l)) == 1 for l in lines)
+    assert stats["documents"] == 40 and stats["sentences"] == sum(
+        len(split_sentences(line)) for line in lines
+    )
+    assert stats["one_sentence_documents"] == sum(len(split_sentences(line)) == 1 for line in lines)
     # Balanced: shard sizes differ by at most the largest document.
     sizes = [os.path.getsize(out / "training" / f"ds_training_{i}.txt") for i in range(4)]
-    assert max(sizes) - min(sizes) <= max(len(l) for l in lines) + 1
+    assert max(sizes) - min(sizes) <= max(len(line) for line in lines) + 1
     # Format: one sentence per line, a blank line after each document.
     text = (out / "training" / "ds_training_0.txt").read_text()
     assert text.endswith(".\n\n") and "\n\n\n" not in text
@@ -92,8 +123,10 @@ def test_documents_are_never_split_and_the_test_set_is_exact(tmp_path):
 def test_parallel_segmentation_writes_the_same_bytes(tmp_path):
     path, _ = _corpus(tmp_path)
     _shard(tmp_path, [path])
-    one = {p: open(os.path.join(tmp_path / "sharded", p), "rb").read()
-           for p in ("training/ds_training_0.txt", "test/ds_test_1.txt")}
+    one = {
+        p: open(os.path.join(tmp_path / "sharded", p), "rb").read()
+        for p in ("training/ds_training_0.txt", "test/ds_test_1.txt")
+    }
     os.makedirs(tmp_path / "p")
     _shard(tmp_path / "p", [path], n_processes=2)
     for rel, data in one.items():
@@ -131,8 +164,16 @@ def test_parameter_change_invalidates_every_shard(tmp_path):
 def test_long_sentences_are_cut_and_counted(tmp_path):
     path = tmp_path / "f.txt"
     path.write_text("Short one. " + "word " * 100 + "end.\nSecond document here.\nThird.\n")
-    stats = shard_corpus([str(path)], str(tmp_path / "s"), "d", n_training_shards=1, n_test_shards=0,
-                         fraction_test=0.0, max_sentence_chars=100, log=_quiet)
+    stats = shard_corpus(
+        [str(path)],
+        str(tmp_path / "s"),
+        "d",
+        n_training_shards=1,
+        n_test_shards=0,
+        fraction_test=0.0,
+        max_sentence_chars=100,
+        log=_quiet,
+    )
     assert stats["long_sentences_split"] == 1
     lines = (tmp_path / "s" / "training" / "d_training_0.txt").read_text().split("\n")
     assert max(map(len, lines)) <= 100
@@ -142,7 +183,9 @@ def test_too_few_documents_fail_with_a_clear_message(tmp_path):
     path, _ = _corpus(tmp_path, n_docs=5)
     with pytest.raises(UserError, match=r"5 documents \(4 for training\), fewer than --n_training_shards 8"):
         _shard(tmp_path, [path], n_training_shards=8, n_test_shards=1, fraction_test=0.2)
-    with pytest.raises(UserError, match=r"Only 1 of 5 documents go to the test set.*fewer than --n_test_shards 2"):
+    with pytest.raises(
+        UserError, match=r"Only 1 of 5 documents go to the test set.*fewer than --n_test_shards 2"
+    ):
         _shard(tmp_path, [path], n_training_shards=2, n_test_shards=2, fraction_test=0.2)
     with pytest.raises(UserError, match="use both"):
         _shard(tmp_path, [path], n_test_shards=0, fraction_test=0.2)
@@ -156,8 +199,16 @@ def test_memory_does_not_grow_with_the_corpus(tmp_path):
     for n_docs in (300, 1500):
         path, _ = _corpus(tmp_path, n_docs=n_docs, name=f"c{n_docs}.txt")
         tracemalloc.start()
-        shard_corpus([path], str(tmp_path / f"s{n_docs}"), "d", n_training_shards=4, n_test_shards=1,
-                     fraction_test=0.1, buffer_bytes=16_384, log=_quiet)
+        shard_corpus(
+            [path],
+            str(tmp_path / f"s{n_docs}"),
+            "d",
+            n_training_shards=4,
+            n_test_shards=1,
+            fraction_test=0.1,
+            buffer_bytes=16_384,
+            log=_quiet,
+        )
         peaks.append(tracemalloc.get_traced_memory()[1])
         tracemalloc.stop()
     assert peaks[1] < peaks[0] * 1.05 + 20_000, peaks

@@ -6,12 +6,17 @@ from data.corpus import stdlib_text
 
 def test_docstrings_become_sentences_and_code_is_dropped(tmp_path):
     module = tmp_path / "m.py"
-    module.write_text('"""The first sentence is here. The second one follows it.\n\n'
-                      '>>> print("code is not prose")\n"""\nx = 1\n'
-                      'def f():\n    """Returns a value that is useful to callers. It never fails."""\n')
+    module.write_text(
+        '"""The first sentence is here. The second one follows it.\n\n'
+        '>>> print("code is not prose")\n"""\nx = 1\n'
+        'def f():\n    """Returns a value that is useful to callers. It never fails."""\n'
+    )
     assert stdlib_text.document_sentences(str(module)) == [
-        "The first sentence is here.", "The second one follows it.",
-        "Returns a value that is useful to callers.", "It never fails."]
+        "The first sentence is here.",
+        "The second one follows it.",
+        "Returns a value that is useful to callers.",
+        "It never fails.",
+    ]
 
 
 def test_corpus_has_the_size_asked_for_one_sentence_per_line(tmp_path):

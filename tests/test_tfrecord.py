@@ -1,17 +1,15 @@
 """TFRecord framing without TensorFlow (data/pretraining/tfrecord.py): CRC-32C, round trips through
 TensorFlow's reader and writer, corruption named with the file and offset."""
 
-import random
 import os
+import random
 import struct
 
 import pytest
 import tensorflow as tf
 
-from data.pretraining import native
-from data.pretraining import schema, tfrecord
+from data.pretraining import native, schema, tfrecord
 from test_schema import S, random_features
-
 
 
 def test_crc32c_known_values():
@@ -85,5 +83,7 @@ def test_reading_records_in_a_training_process_never_builds_the_native_library(t
         "assert native.loaded() is None and native.unavailable_reason() is None, 'native load attempted'\n"
     )
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    result = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr[-2000:]

@@ -42,11 +42,28 @@ STDLIB_MODULES = (
 # Code point ranges for the Unicode lines: scripts, symbols, CJK (incl. extension
 # A/B and compatibility ideographs), fullwidth forms, private use, emoji, math.
 UNICODE_RANGES = [
-    (0xC0, 0x250), (0x300, 0x370), (0x370, 0x400), (0x400, 0x500), (0x590, 0x600),
-    (0x600, 0x700), (0x900, 0x980), (0xE00, 0xE80), (0x1E00, 0x1F00), (0x2000, 0x2070),
-    (0x20A0, 0x20C0), (0x2100, 0x2150), (0x2190, 0x2300), (0x3000, 0x3100),
-    (0x3400, 0x3440), (0x4E00, 0x4F00), (0xAC00, 0xAD00), (0xE000, 0xE010),
-    (0xF900, 0xF940), (0xFF00, 0xFFF0), (0x1F300, 0x1F650), (0x1D400, 0x1D500),
+    (0xC0, 0x250),
+    (0x300, 0x370),
+    (0x370, 0x400),
+    (0x400, 0x500),
+    (0x590, 0x600),
+    (0x600, 0x700),
+    (0x900, 0x980),
+    (0xE00, 0xE80),
+    (0x1E00, 0x1F00),
+    (0x2000, 0x2070),
+    (0x20A0, 0x20C0),
+    (0x2100, 0x2150),
+    (0x2190, 0x2300),
+    (0x3000, 0x3100),
+    (0x3400, 0x3440),
+    (0x4E00, 0x4F00),
+    (0xAC00, 0xAD00),
+    (0xE000, 0xE010),
+    (0xF900, 0xF940),
+    (0xFF00, 0xFFF0),
+    (0x1F300, 0x1F650),
+    (0x1D400, 0x1D500),
     (0x20000, 0x20040),
 ]
 
@@ -169,9 +186,14 @@ def _google_is_punctuation(c):
 
 def _google_is_chinese_char(cp):
     return (
-        0x4E00 <= cp <= 0x9FFF or 0x3400 <= cp <= 0x4DBF or 0x20000 <= cp <= 0x2A6DF
-        or 0x2A700 <= cp <= 0x2B73F or 0x2B740 <= cp <= 0x2B81F or 0x2B820 <= cp <= 0x2CEAF
-        or 0xF900 <= cp <= 0xFAFF or 0x2F800 <= cp <= 0x2FA1F
+        0x4E00 <= cp <= 0x9FFF
+        or 0x3400 <= cp <= 0x4DBF
+        or 0x20000 <= cp <= 0x2A6DF
+        or 0x2A700 <= cp <= 0x2B73F
+        or 0x2B740 <= cp <= 0x2B81F
+        or 0x2B820 <= cp <= 0x2CEAF
+        or 0xF900 <= cp <= 0xFAFF
+        or 0x2F800 <= cp <= 0x2FA1F
     )
 
 
@@ -330,7 +352,11 @@ def test_vocab_ids_and_special_ids(uncased, vocab_file):
     assert FullTokenizer is WordPieceTokenizer
     assert uncased.vocab_size == 30522
     assert (uncased.pad_id, uncased.unk_id, uncased.cls_id, uncased.sep_id, uncased.mask_id) == (
-        0, 100, 101, 102, 103,
+        0,
+        100,
+        101,
+        102,
+        103,
     )
     with open(vocab_file, encoding="utf-8") as f:
         lines = f.read().splitlines()
@@ -439,8 +465,14 @@ def _train_spm(tmp_dir, lines, name, user_defined_symbols):
     prefix = os.path.join(tmp_dir, name)
     kwargs = {"user_defined_symbols": user_defined_symbols} if user_defined_symbols else {}
     spm.SentencePieceTrainer.train(
-        input=text_file, model_prefix=prefix, vocab_size=400, model_type="unigram",
-        character_coverage=1.0, num_threads=1, minloglevel=2, **kwargs,
+        input=text_file,
+        model_prefix=prefix,
+        vocab_size=400,
+        model_type="unigram",
+        character_coverage=1.0,
+        num_threads=1,
+        minloglevel=2,
+        **kwargs,
     )
     return prefix + ".model"
 
@@ -494,4 +526,3 @@ def test_sentencepiece_without_special_tokens_is_rejected(tmp_path, spm_training
         SentencePieceTokenizer(model)
     with pytest.raises(FileNotFoundError, match="missing_spm"):
         SentencePieceTokenizer(str(tmp_path / "missing_spm.model"))
-

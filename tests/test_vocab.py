@@ -4,10 +4,10 @@ import os
 
 import pytest
 
-from bert.tokenization import SPECIAL_TOKENS, build_tokenizer, load_vocab
 import prepare_data
-from data.corpus import vocab
+from bert.tokenization import SPECIAL_TOKENS, build_tokenizer, load_vocab
 from common.errors import UserError
+from data.corpus import vocab
 
 TRAIN_TEXT = """The patient was admitted with chest pain and discharged after three days.
 The physician recommended aspirin and a follow-up visit in two weeks.
@@ -65,10 +65,21 @@ def test_wordpiece_training_puts_the_special_tokens_first(tmp_path, shards):
     assert len(tokens) == stats["vocab_size"] <= 150
     assert all(t == t.lower() for t in tokens[8:])
     tokenizer = build_tokenizer(vocab_file=stats["path"], do_lower_case=True)
-    assert (tokenizer.pad_id, tokenizer.unk_id, tokenizer.cls_id, tokenizer.sep_id, tokenizer.mask_id) == (0, 1, 2, 3, 4)
+    assert (tokenizer.pad_id, tokenizer.unk_id, tokenizer.cls_id, tokenizer.sep_id, tokenizer.mask_id) == (
+        0,
+        1,
+        2,
+        3,
+        4,
+    )
     pieces = tokenizer.tokenize("The River flows.")
     assert pieces[:2] == ["the", "river"] and pieces[-1] == "."
-    assert "".join(p[2:] if p.startswith("##") else " " + p for p in pieces).split() == ["the", "river", "flows", "."]
+    assert "".join(p[2:] if p.startswith("##") else " " + p for p in pieces).split() == [
+        "the",
+        "river",
+        "flows",
+        ".",
+    ]
 
 
 def test_sentencepiece_training_has_bert_special_pieces(tmp_path, shards):
@@ -98,7 +109,11 @@ def test_vocab_errors_are_one_sentence(tmp_path, shards, capsys):
         vocab.build_vocab([], str(tmp_path / "v"), vocab_size=100, log=_quiet)
     bad = tmp_path / "bad_vocab.txt"
     bad.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\nhello\n")
-    assert prepare_data.main(["--action", "vocab", "--vocab_file", str(bad), "--data_dir", str(tmp_path)]) == 2
+    assert (
+        prepare_data.main(["--action", "vocab", "--vocab_file", str(bad), "--data_dir", str(tmp_path)]) == 2
+    )
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"[vocab] error: {str(bad)!r} lacks the special token(s) [MASK]; BERT needs all of "
-                   "[PAD], [UNK], [CLS], [SEP], [MASK]. Use a vocabulary built for BERT or add them."]
+    assert err == [
+        f"[vocab] error: {str(bad)!r} lacks the special token(s) [MASK]; BERT needs all of "
+        "[PAD], [UNK], [CLS], [SEP], [MASK]. Use a vocabulary built for BERT or add them."
+    ]

@@ -30,9 +30,9 @@ import urllib.parse
 import urllib.request
 import zipfile
 
-from data import paths
 from common.errors import UserError
 from common.files import atomic_write, ensure_writable_dir, sha256_file, temporary_name
+from data import paths
 from data.manifest import Manifest
 
 USER_AGENT = "bert-tf2-data-prep/0.1 (+https://github.com/; resumable downloader)"
@@ -80,35 +80,74 @@ def wikipedia_sources(language: str = "en", dump: str = "latest") -> list[Source
     wiki = f"{language}wiki"
     base = f"{WIKI_BASE}/{wiki}/{dump}"
     name = f"{wiki}-{dump}-pages-articles.xml.bz2"
-    return [Source(url=f"{base}/{name}", filename=f"wikicorpus_{language}.xml.bz2",
-                   md5_list_url=f"{base}/{wiki}-{dump}-md5sums.txt")]
+    return [
+        Source(
+            url=f"{base}/{name}",
+            filename=f"wikicorpus_{language}.xml.bz2",
+            md5_list_url=f"{base}/{wiki}-{dump}-md5sums.txt",
+        )
+    ]
 
 
 SQUAD_SOURCES = [
-    Source(f"{SQUAD_BASE}/train-v1.1.json", "v1.1/train-v1.1.json", size=30288272,
-           sha256="3527663986b8295af4f7fcdff1ba1ff3f72d07d61a20f487cb238a6ef92fd955"),
-    Source(f"{SQUAD_BASE}/dev-v1.1.json", "v1.1/dev-v1.1.json", size=4854279,
-           sha256="95aa6a52d5d6a735563366753ca50492a658031da74f301ac5238b03966972c9"),
-    Source(f"{SQUAD_BASE}/train-v2.0.json", "v2.0/train-v2.0.json", size=42123633,
-           sha256="68dcfbb971bd3e96d5b46c7177b16c1a4e7d4bdef19fb204502738552dede002"),
-    Source(f"{SQUAD_BASE}/dev-v2.0.json", "v2.0/dev-v2.0.json", size=4370528,
-           sha256="80a5225e94905956a6446d296ca1093975c4d3b3260f1d6c8f68bc2ab77182d8"),
+    Source(
+        f"{SQUAD_BASE}/train-v1.1.json",
+        "v1.1/train-v1.1.json",
+        size=30288272,
+        sha256="3527663986b8295af4f7fcdff1ba1ff3f72d07d61a20f487cb238a6ef92fd955",
+    ),
+    Source(
+        f"{SQUAD_BASE}/dev-v1.1.json",
+        "v1.1/dev-v1.1.json",
+        size=4854279,
+        sha256="95aa6a52d5d6a735563366753ca50492a658031da74f301ac5238b03966972c9",
+    ),
+    Source(
+        f"{SQUAD_BASE}/train-v2.0.json",
+        "v2.0/train-v2.0.json",
+        size=42123633,
+        sha256="68dcfbb971bd3e96d5b46c7177b16c1a4e7d4bdef19fb204502738552dede002",
+    ),
+    Source(
+        f"{SQUAD_BASE}/dev-v2.0.json",
+        "v2.0/dev-v2.0.json",
+        size=4370528,
+        sha256="80a5225e94905956a6446d296ca1093975c4d3b3260f1d6c8f68bc2ab77182d8",
+    ),
 ]
 
 # GLUE task -> archive name on the GLUE host (the directory inside the zip is the task name).
 GLUE_ARCHIVES = {
-    "CoLA": "CoLA.zip", "SST-2": "SST-2.zip", "QQP": "QQP-clean.zip", "STS-B": "STS-B.zip",
-    "MNLI": "MNLI.zip", "QNLI": "QNLIv2.zip", "RTE": "RTE.zip", "WNLI": "WNLI.zip",
+    "CoLA": "CoLA.zip",
+    "SST-2": "SST-2.zip",
+    "QQP": "QQP-clean.zip",
+    "STS-B": "STS-B.zip",
+    "MNLI": "MNLI.zip",
+    "QNLI": "QNLIv2.zip",
+    "RTE": "RTE.zip",
+    "WNLI": "WNLI.zip",
 }
 GLUE_TASKS = tuple(GLUE_ARCHIVES) + ("MRPC", "diagnostic")
 # MRPC is not redistributed in a zip: GLUE's own script builds it from SentEval's copies.
 MRPC_SOURCES = [
-    Source(f"{SENTEVAL_BASE}/msr_paraphrase_train.txt", "MRPC/msr_paraphrase_train.txt", size=1047044,
-           sha256="60a9b09084528f0673eedee2b69cb941920f0b8cd0eeccefc464a98768457f89"),
-    Source(f"{SENTEVAL_BASE}/msr_paraphrase_test.txt", "MRPC/msr_paraphrase_test.txt", size=441275,
-           sha256="a04e271090879aaba6423d65b94950c089298587d9c084bf9cd7439bd785f784"),
-    Source(f"{GLUE_BASE}/mrpc_dev_ids.tsv", "MRPC/dev_ids.tsv", size=6222,
-           sha256="971d7767d81b997fd9060ade0ec23c4fc31cbb226a55d1bd4a1bac474eb81dc7"),
+    Source(
+        f"{SENTEVAL_BASE}/msr_paraphrase_train.txt",
+        "MRPC/msr_paraphrase_train.txt",
+        size=1047044,
+        sha256="60a9b09084528f0673eedee2b69cb941920f0b8cd0eeccefc464a98768457f89",
+    ),
+    Source(
+        f"{SENTEVAL_BASE}/msr_paraphrase_test.txt",
+        "MRPC/msr_paraphrase_test.txt",
+        size=441275,
+        sha256="a04e271090879aaba6423d65b94950c089298587d9c084bf9cd7439bd785f784",
+    ),
+    Source(
+        f"{GLUE_BASE}/mrpc_dev_ids.tsv",
+        "MRPC/dev_ids.tsv",
+        size=6222,
+        sha256="971d7767d81b997fd9060ade0ec23c4fc31cbb226a55d1bd4a1bac474eb81dc7",
+    ),
 ]
 
 
@@ -123,13 +162,23 @@ def glue_sources(tasks=GLUE_TASKS) -> list[Source]:
         elif task == "diagnostic":
             sources.append(Source(f"{GLUE_BASE}/AX.tsv", "diagnostic/diagnostic.tsv"))
         else:
-            sources.append(Source(f"{GLUE_BASE}/{GLUE_ARCHIVES[task]}", f"archives/{GLUE_ARCHIVES[task]}",
-                                  extract="zip", extract_to="."))
+            sources.append(
+                Source(
+                    f"{GLUE_BASE}/{GLUE_ARCHIVES[task]}",
+                    f"archives/{GLUE_ARCHIVES[task]}",
+                    extract="zip",
+                    extract_to=".",
+                )
+            )
     return sources
 
 
-GOOGLE_MODELS = ("uncased_L-12_H-768_A-12", "uncased_L-24_H-1024_A-16",
-                 "cased_L-12_H-768_A-12", "cased_L-24_H-1024_A-16")
+GOOGLE_MODELS = (
+    "uncased_L-12_H-768_A-12",
+    "uncased_L-24_H-1024_A-16",
+    "cased_L-12_H-768_A-12",
+    "cased_L-24_H-1024_A-16",
+)
 
 
 def google_weight_sources(models=("uncased_L-12_H-768_A-12",)) -> list[Source]:
@@ -139,16 +188,28 @@ def google_weight_sources(models=("uncased_L-12_H-768_A-12",)) -> list[Source]:
         if model not in GOOGLE_MODELS:
             raise UserError(f"Unknown Google model {model!r}; choose from {', '.join(GOOGLE_MODELS)}.")
         members = ((f"{model}/vocab.txt", UNCASED_VOCAB_SHA256),) if model.startswith("uncased") else ()
-        sources.append(Source(f"{GOOGLE_BERT_BASE}/{model}.zip", f"archives/{model}.zip",
-                              extract="zip", extract_to=".", member_sha256=members))
+        sources.append(
+            Source(
+                f"{GOOGLE_BERT_BASE}/{model}.zip",
+                f"archives/{model}.zip",
+                extract="zip",
+                extract_to=".",
+                member_sha256=members,
+            )
+        )
     return sources
 
 
 DATASETS = ("wikicorpus_en", "squad", "glue", "google_pretrained_weights")
 
 
-def dataset_sources(dataset: str, *, glue_tasks=GLUE_TASKS, wiki_dump: str = "latest",
-                    google_models=("uncased_L-12_H-768_A-12",)) -> list[Source]:
+def dataset_sources(
+    dataset: str,
+    *,
+    glue_tasks=GLUE_TASKS,
+    wiki_dump: str = "latest",
+    google_models=("uncased_L-12_H-768_A-12",),
+) -> list[Source]:
     if dataset == "wikicorpus_en":
         return wikipedia_sources("en", wiki_dump)
     if dataset == "squad":
@@ -170,13 +231,21 @@ def with_mirror(url: str, mirror: str | None) -> str:
 
 
 # --- HTTP ----------------------------------------------------------------------------------------
-_RETRYABLE = (http.client.IncompleteRead, http.client.RemoteDisconnected, ConnectionError,
-              socket.timeout, TimeoutError, urllib.error.URLError, http.client.HTTPException)
+_RETRYABLE = (
+    http.client.IncompleteRead,
+    http.client.RemoteDisconnected,
+    ConnectionError,
+    socket.timeout,
+    TimeoutError,
+    urllib.error.URLError,
+    http.client.HTTPException,
+)
 
 
 def _open(url: str, headers: dict, timeout: float):
-    request = urllib.request.Request(url, headers={"User-Agent": USER_AGENT,
-                                                   "Accept-Encoding": "identity", **headers})
+    request = urllib.request.Request(
+        url, headers={"User-Agent": USER_AGENT, "Accept-Encoding": "identity", **headers}
+    )
     return urllib.request.urlopen(request, timeout=timeout)
 
 
@@ -189,12 +258,13 @@ def read_small(url: str, timeout: float = 60, retries: int = 3) -> bytes:
                 return response.read()
         except urllib.error.HTTPError as e:
             if e.code < 500:
-                raise DownloadError(f"{url} answered HTTP {e.code} ({e.reason}); check the URL or "
-                                    f"the dump date.") from None
+                raise DownloadError(
+                    f"{url} answered HTTP {e.code} ({e.reason}); check the URL or the dump date."
+                ) from None
             last = e
         except _RETRYABLE as e:
             last = e
-        time.sleep(min(30, 0.5 * 2 ** attempt))
+        time.sleep(min(30, 0.5 * 2**attempt))
     raise DownloadError(f"Could not fetch {url} after {retries + 1} attempts ({last}); check the network.")
 
 
@@ -205,8 +275,10 @@ def published_md5(list_url: str, filename_in_list: str, timeout: float = 60) -> 
         fields = line.split()
         if len(fields) == 2 and fields[1].lstrip("*") == filename_in_list:
             return fields[0].lower()
-    raise DownloadError(f"The checksum list {list_url} has no entry for {filename_in_list}; the dump may "
-                        f"still be in progress upstream, try a dated dump with --wiki_dump.")
+    raise DownloadError(
+        f"The checksum list {list_url} has no entry for {filename_in_list}; the dump may "
+        f"still be in progress upstream, try a dated dump with --wiki_dump."
+    )
 
 
 def _file_digest(path: str, algorithm: str) -> str:
@@ -238,9 +310,19 @@ def _content_range(value: str | None):
     return start, (None if total in ("", "*") else int(total))
 
 
-def fetch(url: str, dest: str, *, size: int | None = None, sha256: str | None = None,
-          md5: str | None = None, timeout: float = 60, retries: int = 5, backoff: float = 1.0,
-          progress_factory=None, log=None) -> dict:
+def fetch(
+    url: str,
+    dest: str,
+    *,
+    size: int | None = None,
+    sha256: str | None = None,
+    md5: str | None = None,
+    timeout: float = 60,
+    retries: int = 5,
+    backoff: float = 1.0,
+    progress_factory=None,
+    log=None,
+) -> dict:
     """Downloads `url` to `dest` resumably and verified; returns {'status', 'bytes', 'resumed_from'}.
 
     status is "present" (dest already verified), "downloaded", or "resumed" (a previous run's
@@ -290,19 +372,22 @@ def fetch(url: str, dest: str, *, size: int | None = None, sha256: str | None = 
                 os.remove(part)
                 continue
             if e.code < 500 and e.code != 429:
-                raise DownloadError(f"{url} answered HTTP {e.code} ({e.reason}); check the URL, or "
-                                    f"use --mirror.") from None
+                raise DownloadError(
+                    f"{url} answered HTTP {e.code} ({e.reason}); check the URL, or use --mirror."
+                ) from None
             failures += 1
             if failures > retries:
-                raise DownloadError(f"{url} kept failing (HTTP {e.code}); the partial file {part} is "
-                                    f"kept, re-run to resume.") from None
+                raise DownloadError(
+                    f"{url} kept failing (HTTP {e.code}); the partial file {part} is kept, re-run to resume."
+                ) from None
             time.sleep(min(60, backoff * 2 ** (failures - 1)))
             continue
         except _RETRYABLE as e:
             failures += 1
             if failures > retries:
-                raise DownloadError(f"Could not connect to {url} ({e}); the partial file {part} is "
-                                    f"kept, re-run to resume.") from None
+                raise DownloadError(
+                    f"Could not connect to {url} ({e}); the partial file {part} is kept, re-run to resume."
+                ) from None
             time.sleep(min(60, backoff * 2 ** (failures - 1)))
             continue
 
@@ -322,8 +407,10 @@ def fetch(url: str, dest: str, *, size: int | None = None, sha256: str | None = 
                 if size is not None and server_total != size:
                     with contextlib.suppress(FileNotFoundError):
                         os.remove(part)
-                    raise DownloadError(f"{url}: the server announces {server_total:,} bytes but "
-                                        f"{size:,} are expected; the source may have changed.")
+                    raise DownloadError(
+                        f"{url}: the server announces {server_total:,} bytes but "
+                        f"{size:,} are expected; the source may have changed."
+                    )
                 total = server_total
             etag = response.headers.get("ETag")
             validator = etag if etag and not etag.startswith("W/") else response.headers.get("Last-Modified")
@@ -343,26 +430,36 @@ def fetch(url: str, dest: str, *, size: int | None = None, sha256: str | None = 
                         if progress is not None:
                             progress.update(len(chunk))
             except _RETRYABLE + (OSError,) as e:
-                if isinstance(e, OSError) and not isinstance(e, (ConnectionError, TimeoutError)) \
-                        and e.errno is not None:
-                    raise DownloadError(f"Writing {part} failed ({e.strerror}); free disk space or "
-                                        f"choose another --data_dir.") from None
+                if (
+                    isinstance(e, OSError)
+                    and not isinstance(e, (ConnectionError, TimeoutError))
+                    and e.errno is not None
+                ):
+                    raise DownloadError(
+                        f"Writing {part} failed ({e.strerror}); free disk space or choose another --data_dir."
+                    ) from None
                 failures += 1
                 have = os.path.getsize(part)
                 if failures > retries:
-                    raise DownloadError(f"The transfer of {url} kept breaking (last at {have:,} bytes: "
-                                        f"{e!r}); the partial file {part} is kept, re-run to "
-                                        f"resume.") from None
-                log(f"[download] connection lost at {have:,} bytes ({type(e).__name__}); resuming "
-                    f"({failures}/{retries}).")
+                    raise DownloadError(
+                        f"The transfer of {url} kept breaking (last at {have:,} bytes: "
+                        f"{e!r}); the partial file {part} is kept, re-run to "
+                        f"resume."
+                    ) from None
+                log(
+                    f"[download] connection lost at {have:,} bytes ({type(e).__name__}); resuming "
+                    f"({failures}/{retries})."
+                )
                 time.sleep(min(60, backoff * 2 ** (failures - 1)))
                 continue
         have = os.path.getsize(part)
         if total is not None and have < total:
             failures += 1
             if failures > retries:
-                raise DownloadError(f"The transfer of {url} stopped at {have:,} of {total:,} bytes; the "
-                                    f"partial file {part} is kept, re-run to resume.")
+                raise DownloadError(
+                    f"The transfer of {url} stopped at {have:,} of {total:,} bytes; the "
+                    f"partial file {part} is kept, re-run to resume."
+                )
             log(f"[download] transfer ended early at {have:,} of {total:,} bytes; resuming.")
             continue
         break
@@ -379,8 +476,11 @@ def fetch(url: str, dest: str, *, size: int | None = None, sha256: str | None = 
     os.replace(part, dest)
     with contextlib.suppress(FileNotFoundError):
         os.remove(meta_path)
-    return {"status": "resumed" if resumed_from else "downloaded", "bytes": os.path.getsize(dest),
-            "resumed_from": resumed_from}
+    return {
+        "status": "resumed" if resumed_from else "downloaded",
+        "bytes": os.path.getsize(dest),
+        "resumed_from": resumed_from,
+    }
 
 
 # --- Datasets ------------------------------------------------------------------------------------
@@ -399,8 +499,11 @@ def _extract_zip(archive: str, target_dir: str, member_sha256=()) -> list[str]:
         shutil.rmtree(staging, ignore_errors=True)
         raise DownloadError(f"{archive} is not a valid zip file ({e}); delete it and re-run.") from None
     for member, expected in member_sha256:
-        actual = sha256_file(os.path.join(staging, member)) if os.path.isfile(
-            os.path.join(staging, member)) else None
+        actual = (
+            sha256_file(os.path.join(staging, member))
+            if os.path.isfile(os.path.join(staging, member))
+            else None
+        )
         if actual != expected:
             shutil.rmtree(staging, ignore_errors=True)
             raise DownloadError(f"{member} in {archive} has sha256 {actual}, expected {expected}.")
@@ -424,9 +527,11 @@ def format_mrpc(mrpc_dir: str) -> list[str]:
     with open(os.path.join(mrpc_dir, "dev_ids.tsv"), encoding="utf-8") as f:
         dev_ids = {tuple(line.strip().split("\t")) for line in f if line.strip()}
     outputs = {name: os.path.join(mrpc_dir, name) for name in ("train.tsv", "dev.tsv", "test.tsv")}
-    with open(os.path.join(mrpc_dir, "msr_paraphrase_train.txt"), encoding="utf-8-sig") as src, \
-            atomic_write(outputs["train.tsv"], newline=None) as train, \
-            atomic_write(outputs["dev.tsv"], newline=None) as dev:
+    with (
+        open(os.path.join(mrpc_dir, "msr_paraphrase_train.txt"), encoding="utf-8-sig") as src,
+        atomic_write(outputs["train.tsv"], newline=None) as train,
+        atomic_write(outputs["dev.tsv"], newline=None) as dev,
+    ):
         header = src.readline()
         train.write(header)
         dev.write(header)
@@ -435,8 +540,10 @@ def format_mrpc(mrpc_dir: str) -> list[str]:
             if len(fields) != 5:
                 continue
             (dev if (fields[1], fields[2]) in dev_ids else train).write("\t".join(fields) + "\n")
-    with open(os.path.join(mrpc_dir, "msr_paraphrase_test.txt"), encoding="utf-8-sig") as src, \
-            atomic_write(outputs["test.tsv"], newline=None) as test:
+    with (
+        open(os.path.join(mrpc_dir, "msr_paraphrase_test.txt"), encoding="utf-8-sig") as src,
+        atomic_write(outputs["test.tsv"], newline=None) as test,
+    ):
         src.readline()
         test.write("index\t#1 ID\t#2 ID\t#1 String\t#2 String\n")
         for index, row in enumerate(src):
@@ -446,9 +553,18 @@ def format_mrpc(mrpc_dir: str) -> list[str]:
     return list(outputs)
 
 
-def download_dataset(dataset: str, root: str, *, sources: list[Source] | None = None,
-                     mirror: str | None = None, timeout: float = 60, retries: int = 5,
-                     progress_factory=None, log=None, **source_options) -> dict:
+def download_dataset(
+    dataset: str,
+    root: str,
+    *,
+    sources: list[Source] | None = None,
+    mirror: str | None = None,
+    timeout: float = 60,
+    retries: int = 5,
+    progress_factory=None,
+    log=None,
+    **source_options,
+) -> dict:
     """Fetches every source of `dataset` into <root>/download/<dataset>; returns a summary dict.
 
     `sources` overrides the built-in list (tests, private mirrors); `mirror` rewrites each URL's
@@ -476,11 +592,21 @@ def download_dataset(dataset: str, root: str, *, sources: list[Source] | None = 
             listed_name = os.path.basename(urllib.parse.urlsplit(source.url).path)
             md5 = published_md5(with_mirror(source.md5_list_url, mirror), listed_name, timeout)
         log(f"[download] {url} -> {dest}")
-        result = fetch(url, dest, size=source.size, sha256=source.sha256, md5=md5, timeout=timeout,
-                       retries=retries, progress_factory=progress_factory, log=log)
+        result = fetch(
+            url,
+            dest,
+            size=source.size,
+            sha256=source.sha256,
+            md5=md5,
+            timeout=timeout,
+            retries=retries,
+            progress_factory=progress_factory,
+            log=log,
+        )
         if source.extract == "zip":
-            extracted = _extract_zip(dest, os.path.join(target, source.extract_to or "."),
-                                     source.member_sha256)
+            extracted = _extract_zip(
+                dest, os.path.join(target, source.extract_to or "."), source.member_sha256
+            )
             log(f"[download] extracted {', '.join(extracted)} from {source.filename}")
         counts = {"url": source.url, "md5": md5} if md5 else {"url": source.url}
         manifest.record(source.filename, counts)

@@ -20,20 +20,25 @@ from __future__ import annotations
 
 import re
 
-_NEVER_SPLIT_AFTER = frozenset("""
+_NEVER_SPLIT_AFTER = frozenset(
+    """
 mr mrs ms mx messrs mme mlle dr prof rev hon rt st mt ft gen col lt sgt capt cpt cmdr adm gov sen
 rep pres supt brig maj cpl pvt insp det gov fr sr sra srta
 e.g eg i.e ie cf vs viz al approx ca esp incl resp dept univ assn bros
 jan feb mar apr jun jul aug sep sept oct nov dec
-""".split())
-_NUMBERING_ABBREVIATIONS = frozenset("no nos nr vol vols pp p fig figs eq eqs ch chap sec secs art op ed "
-                                     "para paras pt pts ser tab".split())
-_SENTENCE_OPENERS = frozenset("""
+""".split()
+)
+_NUMBERING_ABBREVIATIONS = frozenset(
+    "no nos nr vol vols pp p fig figs eq eqs ch chap sec secs art op ed para paras pt pts ser tab".split()
+)
+_SENTENCE_OPENERS = frozenset(
+    """
 The This That These Those It Its He She They We I In On At A An But However After Before Since When
 While There His Her Their Our As For If Although Then Thus Also During Many Some Most One Two Today
 Later Other Both Each Such Yet So Because Following According Despite Under From By With Why What
 How Who Where
-""".split())
+""".split()
+)
 _OPENERS = "\"'“‘«([{¿¡"
 _CLOSERS = "\"'”’»)]}"
 
@@ -62,7 +67,7 @@ def _is_boundary(text: str, match: re.Match) -> bool:
     if punct != ".":
         return True  # ! ? … and "..." before a capital
     space = text.rfind(" ", 0, match.start())
-    previous = text[space + 1:match.start()].lstrip(_OPENERS)
+    previous = text[space + 1 : match.start()].lstrip(_OPENERS)
     if not previous:
         return True
     lower = previous.lower()
@@ -85,7 +90,7 @@ def split_sentences(text: str) -> list[str]:
     sentences, start = [], 0
     for match in _CANDIDATE.finditer(text):
         if _is_boundary(text, match):
-            sentence = text[start:match.end()].strip()
+            sentence = text[start : match.end()].strip()
             if sentence:
                 sentences.append(sentence)
             start = match.end()

@@ -23,13 +23,13 @@ import os
 import sys
 import time
 
-from data import paths
 from common.errors import UserError
 from common.files import commit, ensure_writable_dir, remove_stale_temporaries, temporary_name
-from data.manifest import Manifest, input_identity
-from data.corpus.segmentation import split_long, split_sentences
+from data import paths
 from data.corpus.parallel import bounded_imap
+from data.corpus.segmentation import split_long, split_sentences
 from data.corpus.text_formatting import Utf8Decoder
+from data.manifest import Manifest, input_identity
 
 SEGMENTER_VERSION = 1
 DEFAULT_MAX_SENTENCE_CHARS = 2048
@@ -93,11 +93,21 @@ class _ShardWriters:
         self.buffered = 0
 
 
-def shard_corpus(input_files: list[str], output_dir: str, dataset: str, *, n_training_shards: int,
-                 n_test_shards: int, fraction_test: float, n_processes: int = 1,
-                 max_sentence_chars: int = DEFAULT_MAX_SENTENCE_CHARS,
-                 buffer_bytes: int = DEFAULT_BUFFER_BYTES, progress_factory=None, verify: str = "sha256",
-                 log=None) -> dict:
+def shard_corpus(
+    input_files: list[str],
+    output_dir: str,
+    dataset: str,
+    *,
+    n_training_shards: int,
+    n_test_shards: int,
+    fraction_test: float,
+    n_processes: int = 1,
+    max_sentence_chars: int = DEFAULT_MAX_SENTENCE_CHARS,
+    buffer_bytes: int = DEFAULT_BUFFER_BYTES,
+    progress_factory=None,
+    verify: str = "sha256",
+    log=None,
+) -> dict:
     """Writes <output_dir>/{training,test}/<dataset>_{split}_<i>.txt; returns the stage stats.
 
     Raises UserError when the shard counts or the test fraction do not fit the corpus.
@@ -106,11 +116,15 @@ def shard_corpus(input_files: list[str], output_dir: str, dataset: str, *, n_tra
     if n_training_shards < 1:
         raise UserError(f"--n_training_shards must be at least 1 (got {n_training_shards}).")
     if n_test_shards < 0 or not 0.0 <= fraction_test < 1.0:
-        raise UserError(f"--fraction_test_set must be in [0, 1) and --n_test_shards >= 0 (got "
-                        f"{fraction_test} and {n_test_shards}).")
+        raise UserError(
+            f"--fraction_test_set must be in [0, 1) and --n_test_shards >= 0 (got "
+            f"{fraction_test} and {n_test_shards})."
+        )
     if (fraction_test > 0) != (n_test_shards > 0):
-        raise UserError(f"--fraction_test_set {fraction_test} with --n_test_shards {n_test_shards}: use "
-                        f"both (a test set) or neither (0 and 0).")
+        raise UserError(
+            f"--fraction_test_set {fraction_test} with --n_test_shards {n_test_shards}: use "
+            f"both (a test set) or neither (0 and 0)."
+        )
     if max_sentence_chars < 16:
         raise UserError(f"--max_sentence_chars must be at least 16 (got {max_sentence_chars}).")
     for path in input_files:
@@ -118,9 +132,14 @@ def shard_corpus(input_files: list[str], output_dir: str, dataset: str, *, n_tra
             raise UserError(f"Formatted input {path!r} does not exist; run --action text_formatting first.")
     ensure_writable_dir(output_dir)
 
-    params = {"inputs": [input_identity(p) for p in input_files], "n_training_shards": n_training_shards,
-              "n_test_shards": n_test_shards, "fraction_test": fraction_test,
-              "max_sentence_chars": max_sentence_chars, "segmenter_version": SEGMENTER_VERSION}
+    params = {
+        "inputs": [input_identity(p) for p in input_files],
+        "n_training_shards": n_training_shards,
+        "n_test_shards": n_test_shards,
+        "fraction_test": fraction_test,
+        "max_sentence_chars": max_sentence_chars,
+        "segmenter_version": SEGMENTER_VERSION,
+    }
     manifest = Manifest.load(output_dir, "sharding", params)
     shards = {("training", i): paths.shard_name(dataset, "training", i) for i in range(n_training_shards)}
     shards.update({("test", i): paths.shard_name(dataset, "test", i) for i in range(n_test_shards)})
@@ -136,23 +155,38 @@ def shard_corpus(input_files: list[str], output_dir: str, dataset: str, *, n_tra
     n_documents = _count_documents(input_files)
     n_test_docs = int(n_documents * fraction_test)
     if n_documents - n_test_docs < n_training_shards:
-        raise UserError(f"The corpus has {n_documents} documents ({n_documents - n_test_docs} for training), "
-                        f"fewer than --n_training_shards {n_training_shards}; use fewer shards or more data.")
+        raise UserError(
+            f"The corpus has {n_documents} documents ({n_documents - n_test_docs} for training), "
+            f"fewer than --n_training_shards {n_training_shards}; use fewer shards or more data."
+        )
     if n_test_docs < n_test_shards:
-        raise UserError(f"Only {n_test_docs} of {n_documents} documents go to the test set "
-                        f"(--fraction_test_set {fraction_test}), fewer than --n_test_shards {n_test_shards}; "
-                        f"lower --n_test_shards or raise --fraction_test_set.")
+        raise UserError(
+            f"Only {n_test_docs} of {n_documents} documents go to the test set "
+            f"(--fraction_test_set {fraction_test}), fewer than --n_test_shards {n_test_shards}; "
+            f"lower --n_test_shards or raise --fraction_test_set."
+        )
 
     for split in paths.SPLITS:
         os.makedirs(os.path.join(output_dir, split), exist_ok=True)
     for split in paths.SPLITS:
         remove_stale_temporaries(os.path.join(output_dir, split))
-    writers = _ShardWriters({key: temporary_name(os.path.join(output_dir, relpaths[key])) for key in todo},
-                            buffer_bytes)
-    heaps = {"training": [(0, i) for i in range(n_training_shards)],
-             "test": [(0, i) for i in range(n_test_shards)]}
-    shard_stats = {key: {"documents": 0, "sentences": 0, "one_sentence_documents": 0,
-                         "long_sentences_split": 0, "input_bytes": 0} for key in relpaths}
+    writers = _ShardWriters(
+        {key: temporary_name(os.path.join(output_dir, relpaths[key])) for key in todo}, buffer_bytes
+    )
+    heaps = {
+        "training": [(0, i) for i in range(n_training_shards)],
+        "test": [(0, i) for i in range(n_test_shards)],
+    }
+    shard_stats = {
+        key: {
+            "documents": 0,
+            "sentences": 0,
+            "one_sentence_documents": 0,
+            "long_sentences_split": 0,
+            "input_bytes": 0,
+        }
+        for key in relpaths
+    }
     decoder = Utf8Decoder()
     total_bytes = sum(os.path.getsize(p) for p in input_files)
     progress = progress_factory("sharding", total_bytes) if progress_factory else None
@@ -172,8 +206,9 @@ def shard_corpus(input_files: list[str], output_dir: str, dataset: str, *, n_tra
                 yield key, text, max_sentence_chars
 
     try:
-        for key, block, n_sentences, cut in bounded_imap(segment_document, assignments(), n_processes,
-                                                          chunk=256):
+        for key, block, n_sentences, cut in bounded_imap(
+            segment_document, assignments(), n_processes, chunk=256
+        ):
             stats = shard_stats[key]
             stats["sentences"] += n_sentences
             stats["one_sentence_documents"] += n_sentences == 1
@@ -197,9 +232,15 @@ def shard_corpus(input_files: list[str], output_dir: str, dataset: str, *, n_tra
 
     totals = manifest.totals(relpaths.values())
     loads = sorted(size for size, _ in heaps["training"])
-    result = {**totals, "shards": len(relpaths), "redone": len(todo),
-              "training_documents": n_documents - n_test_docs, "test_documents": n_test_docs,
-              "training_shard_bytes_min": loads[0], "training_shard_bytes_max": loads[-1],
-              "invalid_utf8_sequences": decoder.invalid,
-              "seconds": round(time.monotonic() - start, 3)}
+    result = {
+        **totals,
+        "shards": len(relpaths),
+        "redone": len(todo),
+        "training_documents": n_documents - n_test_docs,
+        "test_documents": n_test_docs,
+        "training_shard_bytes_min": loads[0],
+        "training_shard_bytes_max": loads[-1],
+        "invalid_utf8_sequences": decoder.invalid,
+        "seconds": round(time.monotonic() - start, 3),
+    }
     return result

@@ -26,10 +26,10 @@ import sys
 import time
 import xml.etree.ElementTree as ET
 
-from data.corpus import wikipedia
-from data.corpus.parallel import bounded_imap
 from common.errors import UserError
 from common.files import atomic_write, ensure_writable_dir, remove_stale_temporaries
+from data.corpus import wikipedia
+from data.corpus.parallel import bounded_imap
 from data.manifest import Manifest, input_identity
 
 INPUT_FORMATS = ("auto", "wikipedia", "text", "jsonl")
@@ -148,11 +148,14 @@ def _wiki_documents(path, stats, progress, n_processes):
                 continue
             yield text
     except ET.ParseError as e:
-        raise UserError(f"{path} is not a well-formed MediaWiki XML dump ({e}); re-download it "
-                        f"(prepare_data.py --action download --dataset wikicorpus_en).") from None
+        raise UserError(
+            f"{path} is not a well-formed MediaWiki XML dump ({e}); re-download it "
+            f"(prepare_data.py --action download --dataset wikicorpus_en)."
+        ) from None
     except EOFError:
-        raise UserError(f"{path} ends before the end of its compressed stream (a truncated "
-                        f"download?); re-download it.") from None
+        raise UserError(
+            f"{path} ends before the end of its compressed stream (a truncated download?); re-download it."
+        ) from None
     finally:
         stats["invalid_utf8_sequences"] += decoder.invalid
         stream.close()
@@ -223,9 +226,17 @@ def _jsonl_documents(path, stats, progress, text_key):
             yield value
 
 
-def iter_documents(path: str, stats: dict, *, input_format: str = "auto", progress=None,
-                   n_processes: int = 1, text_key: str = "text", one_document_per_line: bool = False,
-                   max_document_chars: int = DEFAULT_MAX_DOCUMENT_CHARS):
+def iter_documents(
+    path: str,
+    stats: dict,
+    *,
+    input_format: str = "auto",
+    progress=None,
+    n_processes: int = 1,
+    text_key: str = "text",
+    one_document_per_line: bool = False,
+    max_document_chars: int = DEFAULT_MAX_DOCUMENT_CHARS,
+):
     """Yields each document of `path` as one clean line; skips and counts into `stats` (a Counter-like dict)."""
     fmt = corpus_format(path) if input_format == "auto" else input_format
     if fmt == "wikipedia":
@@ -244,15 +255,35 @@ def iter_documents(path: str, stats: dict, *, input_format: str = "auto", progre
         yield line
 
 
-STAT_KEYS = ("input_documents", "documents", "redirect", "disambiguation", "other_namespace",
-             "empty_documents", "bad_json_lines", "missing_text", "split_long_documents",
-             "invalid_utf8_sequences", "bytes_in", "bytes_out")
+STAT_KEYS = (
+    "input_documents",
+    "documents",
+    "redirect",
+    "disambiguation",
+    "other_namespace",
+    "empty_documents",
+    "bad_json_lines",
+    "missing_text",
+    "split_long_documents",
+    "invalid_utf8_sequences",
+    "bytes_in",
+    "bytes_out",
+)
 
 
-def format_corpus(inputs: list[str], output_file: str, *, input_format: str = "auto",
-                  n_processes: int = 1, text_key: str = "text", one_document_per_line: bool = False,
-                  max_document_chars: int = DEFAULT_MAX_DOCUMENT_CHARS, progress_factory=None,
-                  verify: str = "sha256", log=None) -> dict:
+def format_corpus(
+    inputs: list[str],
+    output_file: str,
+    *,
+    input_format: str = "auto",
+    n_processes: int = 1,
+    text_key: str = "text",
+    one_document_per_line: bool = False,
+    max_document_chars: int = DEFAULT_MAX_DOCUMENT_CHARS,
+    progress_factory=None,
+    verify: str = "sha256",
+    log=None,
+) -> dict:
     """Formats `inputs` into `output_file` (one document per line); restartable via the manifest.
 
     Returns the stage stats (see STAT_KEYS, plus seconds and skipped=True when a verified
@@ -263,15 +294,21 @@ def format_corpus(inputs: list[str], output_file: str, *, input_format: str = "a
         raise UserError("No input files given; pass --input_files (or download the dataset first).")
     for path in inputs:
         if not os.path.isfile(path):
-            raise UserError(f"Input file {path!r} does not exist; check --input_files or run the "
-                            f"download action first.")
+            raise UserError(
+                f"Input file {path!r} does not exist; check --input_files or run the download action first."
+            )
     if input_format not in INPUT_FORMATS:
         raise UserError(f"Unknown --input_format {input_format!r}; choose from {', '.join(INPUT_FORMATS)}.")
     directory = os.path.dirname(os.path.abspath(output_file))
     ensure_writable_dir(directory)
-    params = {"inputs": [input_identity(p) for p in inputs], "input_format": input_format,
-              "text_key": text_key, "one_document_per_line": one_document_per_line,
-              "max_document_chars": max_document_chars, "version": FORMAT_VERSION}
+    params = {
+        "inputs": [input_identity(p) for p in inputs],
+        "input_format": input_format,
+        "text_key": text_key,
+        "one_document_per_line": one_document_per_line,
+        "max_document_chars": max_document_chars,
+        "version": FORMAT_VERSION,
+    }
     manifest = Manifest.load(directory, "text_formatting", params)
     name = os.path.basename(output_file)
     if manifest.verified(name, verify):
@@ -285,10 +322,16 @@ def format_corpus(inputs: list[str], output_file: str, *, input_format: str = "a
     remove_stale_temporaries(os.path.dirname(os.path.abspath(output_file)))
     with atomic_write(output_file) as out:
         for path in inputs:
-            for line in iter_documents(path, stats, input_format=input_format, progress=progress,
-                                       n_processes=n_processes, text_key=text_key,
-                                       one_document_per_line=one_document_per_line,
-                                       max_document_chars=max_document_chars):
+            for line in iter_documents(
+                path,
+                stats,
+                input_format=input_format,
+                progress=progress,
+                n_processes=n_processes,
+                text_key=text_key,
+                one_document_per_line=one_document_per_line,
+                max_document_chars=max_document_chars,
+            ):
                 out.write(line)
                 out.write("\n")
                 stats["documents"] += 1
@@ -300,9 +343,11 @@ def format_corpus(inputs: list[str], output_file: str, *, input_format: str = "a
     stats["seconds"] = round(time.monotonic() - start, 3)
     if stats["documents"] == 0:
         os.remove(output_file)
-        raise UserError(f"No documents left after formatting {', '.join(inputs)} "
-                        f"({stats['input_documents']} read, {stats['empty_documents']} empty); check the "
-                        f"input format (--input_format, --text_key).")
+        raise UserError(
+            f"No documents left after formatting {', '.join(inputs)} "
+            f"({stats['input_documents']} read, {stats['empty_documents']} empty); check the "
+            f"input format (--input_format, --text_key)."
+        )
     manifest.record(name, stats)
     manifest.mark_complete()
     return stats

@@ -58,34 +58,60 @@ def validate_vocab(vocab_file: str, do_lower_case: bool | None = None) -> dict:
         lines = sum(1 for _ in f)
     warnings = []
     if lines != len(vocab):
-        warnings.append(f"{vocab_file} has {lines - len(vocab)} duplicate or blank lines; the last "
-                        f"occurrence of a duplicate wins, as in Google's loader.")
+        warnings.append(
+            f"{vocab_file} has {lines - len(vocab)} duplicate or blank lines; the last "
+            f"occurrence of a duplicate wins, as in Google's loader."
+        )
     cased = vocab_case(vocab)
     if do_lower_case is True and cased > _CASED_THRESHOLD:
-        warnings.append(f"{vocab_file} looks cased ({100 * cased:.0f}% of entries have capitals) but "
-                        f"--do_lower_case is on: capitalised pieces will never be used.")
+        warnings.append(
+            f"{vocab_file} looks cased ({100 * cased:.0f}% of entries have capitals) but "
+            f"--do_lower_case is on: capitalised pieces will never be used."
+        )
     if do_lower_case is False and cased < 0.001:
-        warnings.append(f"{vocab_file} looks uncased but --do_lower_case is off: most capitalised "
-                        f"words will become [UNK] or split badly.")
-    return {"vocab_file": vocab_file, "size": len(vocab), "lines": lines,
-            "special_ids": {t: vocab[t] for t in SPECIAL_TOKENS}, "cased_share": round(cased, 4),
-            "warnings": warnings}
+        warnings.append(
+            f"{vocab_file} looks uncased but --do_lower_case is off: most capitalised "
+            f"words will become [UNK] or split badly."
+        )
+    return {
+        "vocab_file": vocab_file,
+        "size": len(vocab),
+        "lines": lines,
+        "special_ids": {t: vocab[t] for t in SPECIAL_TOKENS},
+        "cased_share": round(cased, 4),
+        "warnings": warnings,
+    }
 
 
 def special_tokens(unused_tokens: int = 0) -> list[str]:
     return list(SPECIAL_TOKENS) + [f"[unused{i}]" for i in range(unused_tokens)]
 
 
-def train_wordpiece(files: list[str], output_file: str, *, vocab_size: int, do_lower_case: bool,
-                    min_frequency: int = 2, limit_alphabet: int = 1000, unused_tokens: int = 0) -> int:
+def train_wordpiece(
+    files: list[str],
+    output_file: str,
+    *,
+    vocab_size: int,
+    do_lower_case: bool,
+    min_frequency: int = 2,
+    limit_alphabet: int = 1000,
+    unused_tokens: int = 0,
+) -> int:
     """Trains a WordPiece vocab on `files`, writes it (atomically) to `output_file`; returns its size."""
     from tokenizers import BertWordPieceTokenizer
 
-    tokenizer = BertWordPieceTokenizer(clean_text=True, handle_chinese_chars=True,
-                                       strip_accents=do_lower_case, lowercase=do_lower_case)
-    tokenizer.train(files, vocab_size=vocab_size, min_frequency=min_frequency,
-                    limit_alphabet=limit_alphabet, special_tokens=special_tokens(unused_tokens),
-                    show_progress=False, wordpieces_prefix="##")
+    tokenizer = BertWordPieceTokenizer(
+        clean_text=True, handle_chinese_chars=True, strip_accents=do_lower_case, lowercase=do_lower_case
+    )
+    tokenizer.train(
+        files,
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        limit_alphabet=limit_alphabet,
+        special_tokens=special_tokens(unused_tokens),
+        show_progress=False,
+        wordpieces_prefix="##",
+    )
     vocab = tokenizer.get_vocab()
     tokens = [t for t, _ in sorted(vocab.items(), key=lambda item: item[1])]
     with atomic_write(output_file) as f:
@@ -94,10 +120,18 @@ def train_wordpiece(files: list[str], output_file: str, *, vocab_size: int, do_l
     return len(tokens)
 
 
-def train_sentencepiece(files: list[str], output_file: str, *, vocab_size: int, do_lower_case: bool,
-                        model_type: str = "unigram", character_coverage: float = 0.9995,
-                        max_sentences: int = 2_000_000, unused_tokens: int = 0,
-                        n_threads: int = 1) -> int:
+def train_sentencepiece(
+    files: list[str],
+    output_file: str,
+    *,
+    vocab_size: int,
+    do_lower_case: bool,
+    model_type: str = "unigram",
+    character_coverage: float = 0.9995,
+    max_sentences: int = 2_000_000,
+    unused_tokens: int = 0,
+    n_threads: int = 1,
+) -> int:
     """Trains a SentencePiece model with BERT's special pieces; writes `output_file` (.model)."""
     import sentencepiece as spm
 
@@ -107,13 +141,26 @@ def train_sentencepiece(files: list[str], output_file: str, *, vocab_size: int, 
     try:
         with open(os.devnull, "w") as quiet:
             spm.SentencePieceTrainer.Train(
-                input=files, model_prefix=prefix, vocab_size=vocab_size, model_type=model_type,
-                character_coverage=character_coverage, input_sentence_size=max_sentences,
-                shuffle_input_sentence=True, seed_sentencepiece_size=1_000_000,
-                pad_id=0, pad_piece="[PAD]", unk_id=1, unk_piece="[UNK]", bos_id=-1, eos_id=-1,
-                user_defined_symbols=extra, hard_vocab_limit=False, num_threads=n_threads,
+                input=files,
+                model_prefix=prefix,
+                vocab_size=vocab_size,
+                model_type=model_type,
+                character_coverage=character_coverage,
+                input_sentence_size=max_sentences,
+                shuffle_input_sentence=True,
+                seed_sentencepiece_size=1_000_000,
+                pad_id=0,
+                pad_piece="[PAD]",
+                unk_id=1,
+                unk_piece="[UNK]",
+                bos_id=-1,
+                eos_id=-1,
+                user_defined_symbols=extra,
+                hard_vocab_limit=False,
+                num_threads=n_threads,
                 normalization_rule_name="nmt_nfkc_cf" if do_lower_case else "nmt_nfkc",
-                logstream=quiet)
+                logstream=quiet,
+            )
     except (RuntimeError, OSError) as e:
         raise UserError(f"SentencePiece training on {len(files)} shard(s) failed: {e}") from None
     with atomic_path(output_file) as temporary:
@@ -124,17 +171,29 @@ def train_sentencepiece(files: list[str], output_file: str, *, vocab_size: int, 
     return processor.GetPieceSize()
 
 
-def build_vocab(training_files: list[str], output_dir: str, *, kind: str = "wordpiece", vocab_size: int,
-                do_lower_case: bool = True, min_frequency: int = 2, unused_tokens: int = 0,
-                spm_model_type: str = "unigram", spm_max_sentences: int = 2_000_000,
-                verify: str = "sha256", log=None) -> dict:
+def build_vocab(
+    training_files: list[str],
+    output_dir: str,
+    *,
+    kind: str = "wordpiece",
+    vocab_size: int,
+    do_lower_case: bool = True,
+    min_frequency: int = 2,
+    unused_tokens: int = 0,
+    spm_model_type: str = "unigram",
+    spm_max_sentences: int = 2_000_000,
+    verify: str = "sha256",
+    log=None,
+) -> dict:
     """Trains a vocabulary on the training shards into output_dir (restartable); returns stats."""
     log = log or (lambda message: print(message, file=sys.stderr, flush=True))
     if kind not in VOCAB_KINDS:
         raise UserError(f"Unknown --vocab_type {kind!r}; choose from {', '.join(VOCAB_KINDS)}.")
     if vocab_size < len(SPECIAL_TOKENS) + unused_tokens + 1:
-        raise UserError(f"--vocab_size {vocab_size} leaves no room for pieces after the "
-                        f"{len(SPECIAL_TOKENS) + unused_tokens} special tokens.")
+        raise UserError(
+            f"--vocab_size {vocab_size} leaves no room for pieces after the "
+            f"{len(SPECIAL_TOKENS) + unused_tokens} special tokens."
+        )
     if not training_files:
         raise UserError("No training shards to train a vocabulary on; run --action sharding first.")
     for path in training_files:
@@ -142,10 +201,16 @@ def build_vocab(training_files: list[str], output_dir: str, *, kind: str = "word
             raise UserError(f"Training shard {path!r} does not exist; run --action sharding first.")
     ensure_writable_dir(output_dir)
     name = VOCAB_FILE if kind == "wordpiece" else SPM_MODEL_FILE
-    params = {"inputs": [input_identity(p) for p in training_files], "kind": kind,
-              "vocab_size": vocab_size, "do_lower_case": do_lower_case, "min_frequency": min_frequency,
-              "unused_tokens": unused_tokens, "spm_model_type": spm_model_type,
-              "spm_max_sentences": spm_max_sentences}
+    params = {
+        "inputs": [input_identity(p) for p in training_files],
+        "kind": kind,
+        "vocab_size": vocab_size,
+        "do_lower_case": do_lower_case,
+        "min_frequency": min_frequency,
+        "unused_tokens": unused_tokens,
+        "spm_model_type": spm_model_type,
+        "spm_max_sentences": spm_max_sentences,
+    }
     manifest = Manifest.load(output_dir, f"vocab_{kind}", params)
     output = os.path.join(output_dir, name)
     if manifest.verified(name, verify):
@@ -153,18 +218,33 @@ def build_vocab(training_files: list[str], output_dir: str, *, kind: str = "word
         return {**manifest.counts(name), "path": output, "skipped": True}
     start = time.monotonic()
     if kind == "wordpiece":
-        size = train_wordpiece(training_files, output, vocab_size=vocab_size, do_lower_case=do_lower_case,
-                               min_frequency=min_frequency, unused_tokens=unused_tokens)
+        size = train_wordpiece(
+            training_files,
+            output,
+            vocab_size=vocab_size,
+            do_lower_case=do_lower_case,
+            min_frequency=min_frequency,
+            unused_tokens=unused_tokens,
+        )
         check_special_tokens(load_vocab(output), output)
     else:
-        size = train_sentencepiece(training_files, output, vocab_size=vocab_size, do_lower_case=do_lower_case,
-                                   model_type=spm_model_type, max_sentences=spm_max_sentences,
-                                   unused_tokens=unused_tokens)
+        size = train_sentencepiece(
+            training_files,
+            output,
+            vocab_size=vocab_size,
+            do_lower_case=do_lower_case,
+            model_type=spm_model_type,
+            max_sentences=spm_max_sentences,
+            unused_tokens=unused_tokens,
+        )
     if size < vocab_size:
         log(f"[vocab] the corpus supports only {size} entries (asked for {vocab_size}).")
-    stats = {"vocab_size": size, "training_shards": len(training_files),
-             "input_bytes": sum(os.path.getsize(p) for p in training_files),
-             "seconds": round(time.monotonic() - start, 3)}
+    stats = {
+        "vocab_size": size,
+        "training_shards": len(training_files),
+        "input_bytes": sum(os.path.getsize(p) for p in training_files),
+        "seconds": round(time.monotonic() - start, 3),
+    }
     manifest.record(name, stats)
     manifest.mark_complete()
     return {**stats, "path": output}

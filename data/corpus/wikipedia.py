@@ -79,15 +79,37 @@ def iter_pages(stream):
 # --- Page kinds ----------------------------------------------------------------------------------
 _REDIRECT = re.compile(r"^\s*#\s*redirect\b", re.IGNORECASE)
 _DISAMBIGUATION_TEMPLATES = (
-    "disambiguation", "disambig", "disamb", "dab", "disam", "dis", "hndis", "geodis", "numberdis",
-    "letter disambiguation", "letter-number combination disambiguation", "school disambiguation",
-    "hospital disambiguation", "mathematical disambiguation", "species latin name disambiguation",
-    "genus disambiguation", "call sign disambiguation", "mountainindex", "roadindex", "shipindex",
-    "set index article", "sia", "surname", "given name", "disambiguation cleanup", "dmbox",
+    "disambiguation",
+    "disambig",
+    "disamb",
+    "dab",
+    "disam",
+    "dis",
+    "hndis",
+    "geodis",
+    "numberdis",
+    "letter disambiguation",
+    "letter-number combination disambiguation",
+    "school disambiguation",
+    "hospital disambiguation",
+    "mathematical disambiguation",
+    "species latin name disambiguation",
+    "genus disambiguation",
+    "call sign disambiguation",
+    "mountainindex",
+    "roadindex",
+    "shipindex",
+    "set index article",
+    "sia",
+    "surname",
+    "given name",
+    "disambiguation cleanup",
+    "dmbox",
 )
 _DISAMBIGUATION = re.compile(
     r"\{\{\s*(?:" + "|".join(re.escape(t) for t in _DISAMBIGUATION_TEMPLATES) + r")\s*(?:\||\}\})",
-    re.IGNORECASE)
+    re.IGNORECASE,
+)
 
 
 def page_kind(page: Page) -> str:
@@ -103,9 +125,31 @@ def page_kind(page: Page) -> str:
 
 # --- Wikitext cleaning ---------------------------------------------------------------------------
 _COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.DOTALL)
-_DROPPED_BLOCKS = ("ref", "references", "gallery", "math", "chem", "ce", "timeline", "score", "graph",
-                   "syntaxhighlight", "source", "pre", "imagemap", "mapframe", "maplink", "templatedata",
-                   "hiero", "inputbox", "categorytree", "noinclude", "includeonly", "indicator", "code")
+_DROPPED_BLOCKS = (
+    "ref",
+    "references",
+    "gallery",
+    "math",
+    "chem",
+    "ce",
+    "timeline",
+    "score",
+    "graph",
+    "syntaxhighlight",
+    "source",
+    "pre",
+    "imagemap",
+    "mapframe",
+    "maplink",
+    "templatedata",
+    "hiero",
+    "inputbox",
+    "categorytree",
+    "noinclude",
+    "includeonly",
+    "indicator",
+    "code",
+)
 _SELF_CLOSING = re.compile(r"<(?:%s)\b[^<>]*/\s*>" % "|".join(_DROPPED_BLOCKS), re.IGNORECASE)
 _BLOCK = re.compile(r"<(%s)\b[^<>]*>.*?</\1\s*>" % "|".join(_DROPPED_BLOCKS), re.IGNORECASE | re.DOTALL)
 _UNCLOSED_REF = re.compile(r"<ref\b[^<>]*>[^<]*?(?=\n\n|\Z)", re.IGNORECASE)
@@ -123,16 +167,49 @@ _LEADING_PUNCT_IN_PARENS = re.compile(r"\(\s*[,;:]+\s*")
 _SPACE_BEFORE_PUNCT = re.compile(r"\s+([,.;:!?])(?=\s|$)")
 
 # Sections whose content is references, links or lists rather than prose.
-DROPPED_SECTIONS = frozenset({
-    "references", "external links", "see also", "notes", "further reading", "bibliography",
-    "sources", "footnotes", "citations", "notes and references", "references and notes",
-    "works cited", "gallery", "explanatory notes", "general references", "cited sources",
-    "literature", "links", "related pages", "selected bibliography", "publications",
-})
+DROPPED_SECTIONS = frozenset(
+    {
+        "references",
+        "external links",
+        "see also",
+        "notes",
+        "further reading",
+        "bibliography",
+        "sources",
+        "footnotes",
+        "citations",
+        "notes and references",
+        "references and notes",
+        "works cited",
+        "gallery",
+        "explanatory notes",
+        "general references",
+        "cited sources",
+        "literature",
+        "links",
+        "related pages",
+        "selected bibliography",
+        "publications",
+    }
+)
 
 # Namespaces whose links are not running text (with their common aliases).
-DROPPED_LINK_NAMESPACES = frozenset({"file", "image", "category", "media", "template", "help", "special",
-                                     "module", "draft", "portal", "user", "talk"})
+DROPPED_LINK_NAMESPACES = frozenset(
+    {
+        "file",
+        "image",
+        "category",
+        "media",
+        "template",
+        "help",
+        "special",
+        "module",
+        "draft",
+        "portal",
+        "user",
+        "talk",
+    }
+)
 _INTERLANGUAGE = re.compile(r"^[a-z]{2,3}(?:-[a-z]{2,8})*$")
 
 
@@ -140,7 +217,7 @@ def _split_args(text: str) -> list[str]:
     """Splits template arguments on '|' outside nested [[...]] and {{...}}."""
     args, depth, start, i = [], 0, 0, 0
     while i < len(text):
-        two = text[i:i + 2]
+        two = text[i : i + 2]
         if two in ("[[", "{{"):
             depth += 1
             i += 2
@@ -163,14 +240,56 @@ def _positional(args: list[str]) -> list[str]:
 
 _RANGE_WORDS = {"-", "–", "to", "and", "or", "by", "x", "×", "+", "&"}
 _SIMPLE_TEXT_TEMPLATES = {
-    "nowrap", "nobr", "small", "smaller", "big", "larger", "em", "strong", "sc", "smallcaps",
-    "noitalic", "nobold", "var", "mvar", "math", "tooltip", "abbr", "sic", "not a typo", "ill",
-    "interlanguage link", "nihongo", "linktext", "lang-x", "keep together", "serif", "resize",
-    "visible anchor", "anchor text", "bold", "italic", "highlight", "proper name",
+    "nowrap",
+    "nobr",
+    "small",
+    "smaller",
+    "big",
+    "larger",
+    "em",
+    "strong",
+    "sc",
+    "smallcaps",
+    "noitalic",
+    "nobold",
+    "var",
+    "mvar",
+    "math",
+    "tooltip",
+    "abbr",
+    "sic",
+    "not a typo",
+    "ill",
+    "interlanguage link",
+    "nihongo",
+    "linktext",
+    "lang-x",
+    "keep together",
+    "serif",
+    "resize",
+    "visible anchor",
+    "anchor text",
+    "bold",
+    "italic",
+    "highlight",
+    "proper name",
 }
-_FIXED_TEXT_TEMPLATES = {"'": "'", "snd": " – ", "spaced ndash": " – ", "ndash": "–", "mdash": "—",
-                         "spaced en dash": " – ", "=": "=", "!": "|", "nbsp": " ", "·": "·", "dot": "·",
-                         "-": "", "clear": "", "'s": "'s"}
+_FIXED_TEXT_TEMPLATES = {
+    "'": "'",
+    "snd": " – ",
+    "spaced ndash": " – ",
+    "ndash": "–",
+    "mdash": "—",
+    "spaced en dash": " – ",
+    "=": "=",
+    "!": "|",
+    "nbsp": " ",
+    "·": "·",
+    "dot": "·",
+    "-": "",
+    "clear": "",
+    "'s": "'s",
+}
 
 
 def _render_template(inner: str) -> str:
@@ -178,7 +297,7 @@ def _render_template(inner: str) -> str:
     args = _split_args(inner)
     name = args[0].strip().replace("_", " ").lower()
     if name.startswith("template:"):
-        name = name[len("template:"):].strip()
+        name = name[len("template:") :].strip()
     if name in _FIXED_TEXT_TEMPLATES:
         return _FIXED_TEXT_TEMPLATES[name]
     pos = _positional(args[1:])
@@ -217,7 +336,7 @@ def strip_templates_and_tables(text: str) -> str:
         token = m.group().strip(" \t:")
         if token in ("{{", "{|"):
             if not stack:
-                out.append(text[pos:m.start()])
+                out.append(text[pos : m.start()])
             stack.append(("template" if token == "{{" else "table", m.start(), m.end()))
         elif token == "}}":
             if not any(kind == "template" for kind, _, _ in stack):
@@ -227,7 +346,7 @@ def strip_templates_and_tables(text: str) -> str:
                 if kind == "template":
                     break
             if not stack:
-                inner = text[body:m.start()]
+                inner = text[body : m.start()]
                 rendered = _render_template(inner)
                 if rendered:
                     out.append(strip_templates_and_tables(rendered))

@@ -33,8 +33,12 @@ DEFAULT_TEST_SHARDS = 16
 DEFAULT_FRACTION_TEST = 0.1
 PHASE1 = {"max_seq_length": 128, "max_predictions_per_seq": 20}
 PHASE2 = {"max_seq_length": 512, "max_predictions_per_seq": 80}
-DEFAULT_TFRECORD_PARAMS = {"do_lower_case": True, "masked_lm_prob": 0.15, "random_seed": 12345,
-                           "dupe_factor": 5}
+DEFAULT_TFRECORD_PARAMS = {
+    "do_lower_case": True,
+    "masked_lm_prob": 0.15,
+    "random_seed": 12345,
+    "dupe_factor": 5,
+}
 SPLITS = ("training", "test")
 
 
@@ -64,10 +68,13 @@ def format_fraction(fraction: float) -> str:
     return repr(float(fraction))
 
 
-def sharded_dir(root: str, dataset: str, n_training_shards: int, n_test_shards: int,
-                fraction_test: float) -> str:
-    name = (f"sharded_training_shards_{n_training_shards}_test_shards_{n_test_shards}"
-            f"_fraction_{format_fraction(fraction_test)}")
+def sharded_dir(
+    root: str, dataset: str, n_training_shards: int, n_test_shards: int, fraction_test: float
+) -> str:
+    name = (
+        f"sharded_training_shards_{n_training_shards}_test_shards_{n_test_shards}"
+        f"_fraction_{format_fraction(fraction_test)}"
+    )
     return os.path.join(root, name, dataset)
 
 
@@ -79,20 +86,36 @@ def vocab_dir(root: str, dataset: str) -> str:
     return os.path.join(root, "vocab", dataset)
 
 
-def tfrecord_dir(root: str, dataset: str, *, do_lower_case: bool, max_seq_length: int,
-                 max_predictions_per_seq: int, masked_lm_prob: float, random_seed: int,
-                 dupe_factor: int, n_training_shards: int, fraction_test: float) -> str:
+def tfrecord_dir(
+    root: str,
+    dataset: str,
+    *,
+    do_lower_case: bool,
+    max_seq_length: int,
+    max_predictions_per_seq: int,
+    masked_lm_prob: float,
+    random_seed: int,
+    dupe_factor: int,
+    n_training_shards: int,
+    fraction_test: float,
+) -> str:
     """NVIDIA's directory name for one set of TFRecord parameters (its launchers glob <this>/training/*)."""
-    name = (f"lower_case_{int(bool(do_lower_case))}_seq_len_{max_seq_length}"
-            f"_max_pred_{max_predictions_per_seq}_masked_lm_prob_{format_fraction(masked_lm_prob)}"
-            f"_random_seed_{random_seed}_dupe_factor_{dupe_factor}"
-            f"_shard_{n_training_shards}_test_split_{int(round(fraction_test * 100))}")
+    name = (
+        f"lower_case_{int(bool(do_lower_case))}_seq_len_{max_seq_length}"
+        f"_max_pred_{max_predictions_per_seq}_masked_lm_prob_{format_fraction(masked_lm_prob)}"
+        f"_random_seed_{random_seed}_dupe_factor_{dupe_factor}"
+        f"_shard_{n_training_shards}_test_split_{int(round(fraction_test * 100))}"
+    )
     return os.path.join(root, "tfrecord", name, dataset)
 
 
-def default_pretraining_dirs(root: str, dataset: str = DEFAULT_DATASET,
-                             n_training_shards: int = DEFAULT_TRAINING_SHARDS,
-                             fraction_test: float = DEFAULT_FRACTION_TEST, **overrides) -> dict:
+def default_pretraining_dirs(
+    root: str,
+    dataset: str = DEFAULT_DATASET,
+    n_training_shards: int = DEFAULT_TRAINING_SHARDS,
+    fraction_test: float = DEFAULT_FRACTION_TEST,
+    **overrides,
+) -> dict:
     """{'phase1': dir, 'phase2': dir}: the TFRecord dirs of NVIDIA's recipe (each has training/ and test/).
 
     `overrides` replace entries of DEFAULT_TFRECORD_PARAMS (do_lower_case, masked_lm_prob,
@@ -100,17 +123,27 @@ def default_pretraining_dirs(root: str, dataset: str = DEFAULT_DATASET,
     """
     settings = {**DEFAULT_TFRECORD_PARAMS, **overrides}
     return {
-        phase: tfrecord_dir(root, dataset, n_training_shards=n_training_shards,
-                            fraction_test=fraction_test, **params, **settings)
+        phase: tfrecord_dir(
+            root,
+            dataset,
+            n_training_shards=n_training_shards,
+            fraction_test=fraction_test,
+            **params,
+            **settings,
+        )
         for phase, params in (("phase1", PHASE1), ("phase2", PHASE2))
     }
 
 
 def recipe() -> dict:
     """NVIDIA's data recipe as flat {name: value}: what the shell launchers default to."""
-    values = {"dataset": DEFAULT_DATASET, "n_training_shards": DEFAULT_TRAINING_SHARDS,
-              "n_test_shards": DEFAULT_TEST_SHARDS, "fraction_test_set": DEFAULT_FRACTION_TEST,
-              **{k: int(v) if isinstance(v, bool) else v for k, v in DEFAULT_TFRECORD_PARAMS.items()}}
+    values = {
+        "dataset": DEFAULT_DATASET,
+        "n_training_shards": DEFAULT_TRAINING_SHARDS,
+        "n_test_shards": DEFAULT_TEST_SHARDS,
+        "fraction_test_set": DEFAULT_FRACTION_TEST,
+        **{k: int(v) if isinstance(v, bool) else v for k, v in DEFAULT_TFRECORD_PARAMS.items()},
+    }
     for phase, params in (("phase1", PHASE1), ("phase2", PHASE2)):
         values.update({f"{phase}_{k}": v for k, v in params.items()})
     return values

@@ -10,8 +10,9 @@ from data import paths
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m data.paths", description=__doc__.split("\n\n")[0])
-    parser.add_argument("what", nargs="?", default="all",
-                        choices=("all", "root", "phase1", "phase2", "vocab", "recipe"))
+    parser.add_argument(
+        "what", nargs="?", default="all", choices=("all", "root", "phase1", "phase2", "vocab", "recipe")
+    )
     parser.add_argument("--dataset", default=paths.DEFAULT_DATASET)
     parser.add_argument("--n_training_shards", type=int, default=paths.DEFAULT_TRAINING_SHARDS)
     parser.add_argument("--fraction_test_set", type=float, default=paths.DEFAULT_FRACTION_TEST)
@@ -23,8 +24,9 @@ def main(argv=None) -> int:
             print(f"{key}={value}")
         return 0
     root = paths.data_root(os.environ, args.data_dir)
-    dirs = paths.default_pretraining_dirs(root, args.dataset, args.n_training_shards, args.fraction_test_set,
-                                          dupe_factor=args.dupe_factor)
+    dirs = paths.default_pretraining_dirs(
+        root, args.dataset, args.n_training_shards, args.fraction_test_set, dupe_factor=args.dupe_factor
+    )
     values = {"root": root, **dirs, "vocab": os.path.join(paths.vocab_dir(root, args.dataset), "vocab.txt")}
     if args.what == "all":
         for key, value in values.items():

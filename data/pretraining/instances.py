@@ -145,14 +145,18 @@ def create_instances_from_document(all_documents, document_index, rng, options, 
                 tokens = [vocab.cls, *tokens_a, vocab.sep, *tokens_b, vocab.sep]
                 segment_ids = [0] * (len(tokens_a) + 2) + [1] * (len(tokens_b) + 1)
                 tokens, masked_lm_positions, masked_lm_labels = create_masked_lm_predictions(
-                    tokens, rng,
+                    tokens,
+                    rng,
                     masked_lm_prob=options.masked_lm_prob,
                     max_predictions_per_seq=options.max_predictions_per_seq,
                     vocab=vocab,
                     do_whole_word_mask=options.do_whole_word_mask,
                 )
-                instances.append(TrainingInstance(tokens, segment_ids, is_random_next,
-                                                  masked_lm_positions, masked_lm_labels))
+                instances.append(
+                    TrainingInstance(
+                        tokens, segment_ids, is_random_next, masked_lm_positions, masked_lm_labels
+                    )
+                )
             current_chunk = []
             current_length = 0
         i += 1

@@ -50,8 +50,13 @@ class MaskingVocab:
         for token, index in vocab.items():
             if is_continuation_piece(token):
                 continuation[index] = 1
-        return cls(list(vocab.values()), vocab[CLS_TOKEN], vocab[SEP_TOKEN], vocab[MASK_TOKEN],
-                   continuation.__getitem__)
+        return cls(
+            list(vocab.values()),
+            vocab[CLS_TOKEN],
+            vocab[SEP_TOKEN],
+            vocab[MASK_TOKEN],
+            continuation.__getitem__,
+        )
 
 
 def num_to_predict(num_tokens, masked_lm_prob, max_predictions_per_seq):
@@ -59,8 +64,9 @@ def num_to_predict(num_tokens, masked_lm_prob, max_predictions_per_seq):
     return min(max_predictions_per_seq, max(1, int(round(num_tokens * masked_lm_prob))))
 
 
-def create_masked_lm_predictions(tokens, rng, *, masked_lm_prob, max_predictions_per_seq, vocab,
-                                 do_whole_word_mask=False):
+def create_masked_lm_predictions(
+    tokens, rng, *, masked_lm_prob, max_predictions_per_seq, vocab, do_whole_word_mask=False
+):
     """Google's create_masked_lm_predictions.
 
     Args:

@@ -143,8 +143,9 @@ def _build():
         try:
             directory.mkdir(mode=0o700, parents=True, exist_ok=True)
             partial = directory / f".instances_native-{tag}.{os.getpid()}.tmp"
-            result = subprocess.run([cc, *_CFLAGS, "-o", str(partial), str(_SOURCE), "-lm"],
-                                    capture_output=True, text=True)
+            result = subprocess.run(
+                [cc, *_CFLAGS, "-o", str(partial), str(_SOURCE), "-lm"], capture_output=True, text=True
+            )
             if result.returncode != 0:
                 raise RuntimeError(f"{cc} failed: {result.stderr.strip()[-2000:]}")
             os.replace(partial, target)
@@ -162,25 +163,61 @@ def _bind(lib):
     lib.bert_random.restype = ctypes.c_double
     lib.bert_randbelow.argtypes = [state, ctypes.c_int64]
     lib.bert_randbelow.restype = ctypes.c_int64
-    lib.bert_create_instances.argtypes = [state, ctypes.POINTER(Corpus), ctypes.c_int64, ctypes.c_int64,
-                                          ctypes.POINTER(Instances), _i32p, _i64p]
+    lib.bert_create_instances.argtypes = [
+        state,
+        ctypes.POINTER(Corpus),
+        ctypes.c_int64,
+        ctypes.c_int64,
+        ctypes.POINTER(Instances),
+        _i32p,
+        _i64p,
+    ]
     lib.bert_create_instances.restype = ctypes.c_int32
     lib.bert_crc32c.argtypes = [ctypes.c_char_p, ctypes.c_int64]
     lib.bert_crc32c.restype = ctypes.c_uint32
     lib.bert_max_record_size.argtypes = [ctypes.c_int32, ctypes.c_int32, _i32p]
     lib.bert_max_record_size.restype = ctypes.c_int64
-    lib.bert_serialize_instances.argtypes = [ctypes.POINTER(Corpus), ctypes.POINTER(Instances), _i64p,
-                                             ctypes.c_int64, ctypes.POINTER(Layout), _u8p, ctypes.c_int64,
-                                             _i64p, _f32p, _i32p]
+    lib.bert_serialize_instances.argtypes = [
+        ctypes.POINTER(Corpus),
+        ctypes.POINTER(Instances),
+        _i64p,
+        ctypes.c_int64,
+        ctypes.POINTER(Layout),
+        _u8p,
+        ctypes.c_int64,
+        _i64p,
+        _f32p,
+        _i32p,
+    ]
     lib.bert_serialize_instances.restype = ctypes.c_int64
-    lib.bert_serialize_example.argtypes = [ctypes.POINTER(Layout), ctypes.c_int32, ctypes.c_int32,
-                                           _i64p, _i64p, _i64p, _i64p, _i64p, _f32p, _i64p, _u8p]
+    lib.bert_serialize_example.argtypes = [
+        ctypes.POINTER(Layout),
+        ctypes.c_int32,
+        ctypes.c_int32,
+        _i64p,
+        _i64p,
+        _i64p,
+        _i64p,
+        _i64p,
+        _f32p,
+        _i64p,
+        _u8p,
+    ]
     lib.bert_serialize_example.restype = ctypes.c_int64
     lib.bert_wp_build.argtypes = [ctypes.POINTER(WordPieceTables)]
     lib.bert_wp_build.restype = None
-    lib.bert_wp_tokenize.argtypes = [ctypes.POINTER(WordPieceTables), ctypes.c_char_p, ctypes.c_int64, _u8p,
-                                     _i32p, ctypes.c_int64, _i32p, ctypes.c_int64, _u8p,
-                                     ctypes.POINTER(ctypes.c_int64)]
+    lib.bert_wp_tokenize.argtypes = [
+        ctypes.POINTER(WordPieceTables),
+        ctypes.c_char_p,
+        ctypes.c_int64,
+        _u8p,
+        _i32p,
+        ctypes.c_int64,
+        _i32p,
+        ctypes.c_int64,
+        _u8p,
+        ctypes.POINTER(ctypes.c_int64),
+    ]
     lib.bert_wp_tokenize.restype = ctypes.c_int64
     return lib
 
@@ -237,8 +274,19 @@ class NativeLayout:
 class NativeCorpus:
     """Token arrays + options in C's layout; keeps every array it points to alive."""
 
-    def __init__(self, tokens, sent_off, doc_sent, doc_perm, vocab_word_ids, is_continuation,
-                 cls_id, sep_id, mask_id, options):
+    def __init__(
+        self,
+        tokens,
+        sent_off,
+        doc_sent,
+        doc_perm,
+        vocab_word_ids,
+        is_continuation,
+        cls_id,
+        sep_id,
+        mask_id,
+        options,
+    ):
         self.arrays = {
             "tokens": np.ascontiguousarray(tokens, np.int32),
             "sent_off": np.ascontiguousarray(sent_off, np.int64),
@@ -250,14 +298,23 @@ class NativeCorpus:
         a = self.arrays
         self.options = options
         self.struct = Corpus(
-            tokens=a["tokens"].ctypes.data, sent_off=a["sent_off"].ctypes.data,
-            doc_sent=a["doc_sent"].ctypes.data, doc_perm=a["doc_perm"].ctypes.data,
-            n_docs=len(a["doc_perm"]), vocab_words=a["vocab_words"].ctypes.data,
-            n_vocab_words=len(a["vocab_words"]), is_continuation=a["is_continuation"].ctypes.data,
-            n_ids=len(a["is_continuation"]), cls_id=cls_id, sep_id=sep_id, mask_id=mask_id,
-            max_seq_length=options.max_seq_length, max_predictions=options.max_predictions_per_seq,
+            tokens=a["tokens"].ctypes.data,
+            sent_off=a["sent_off"].ctypes.data,
+            doc_sent=a["doc_sent"].ctypes.data,
+            doc_perm=a["doc_perm"].ctypes.data,
+            n_docs=len(a["doc_perm"]),
+            vocab_words=a["vocab_words"].ctypes.data,
+            n_vocab_words=len(a["vocab_words"]),
+            is_continuation=a["is_continuation"].ctypes.data,
+            n_ids=len(a["is_continuation"]),
+            cls_id=cls_id,
+            sep_id=sep_id,
+            mask_id=mask_id,
+            max_seq_length=options.max_seq_length,
+            max_predictions=options.max_predictions_per_seq,
             do_whole_word_mask=int(options.do_whole_word_mask),
-            masked_lm_prob=options.masked_lm_prob, short_seq_prob=options.short_seq_prob,
+            masked_lm_prob=options.masked_lm_prob,
+            short_seq_prob=options.short_seq_prob,
         )
 
 
@@ -265,9 +322,16 @@ class NativeInstances:
     """Compact storage of instances: two token ranges, the label and the masks (~40 + 8P bytes
     each, against a few kB as Python objects in the reference)."""
 
-    _FIELDS = (("a_start", np.int64, 1), ("b_start", np.int64, 1), ("a_len", np.int32, 1),
-               ("b_len", np.int32, 1), ("is_random_next", np.uint8, 1), ("n_masked", np.int32, 1),
-               ("masked_pos", np.int32, "P"), ("masked_token", np.int32, "P"))
+    _FIELDS = (
+        ("a_start", np.int64, 1),
+        ("b_start", np.int64, 1),
+        ("a_len", np.int32, 1),
+        ("b_len", np.int32, 1),
+        ("is_random_next", np.uint8, 1),
+        ("n_masked", np.int32, 1),
+        ("masked_pos", np.int32, "P"),
+        ("masked_token", np.int32, "P"),
+    )
 
     def __init__(self, capacity, max_predictions):
         self.max_predictions = max_predictions
@@ -283,7 +347,7 @@ class NativeInstances:
             array = np.empty(capacity * per, dtype)
             old = getattr(self, name, None)
             if old is not None:
-                array[:count * per] = old[:count * per]
+                array[: count * per] = old[: count * per]
             setattr(self, name, array)
             pointers.append(array.ctypes.data)
         self.struct = Instances(capacity, count, *pointers)
@@ -308,8 +372,18 @@ def create_instances(lib, state, corpus, doc_lo, doc_hi, out):
     S = corpus.options.max_seq_length
     buf = np.empty(S, np.int32)
     work = np.empty(3 * S, np.int64)
-    if lib.bert_create_instances(ctypes.byref(state), ctypes.byref(corpus.struct), doc_lo, doc_hi,
-                                 ctypes.byref(out.struct), buf, work) != 0:
+    if (
+        lib.bert_create_instances(
+            ctypes.byref(state),
+            ctypes.byref(corpus.struct),
+            doc_lo,
+            doc_hi,
+            ctypes.byref(out.struct),
+            buf,
+            work,
+        )
+        != 0
+    ):
         raise RuntimeError("instance buffer overflow (a bug: its capacity is an upper bound)")
 
 
@@ -319,8 +393,9 @@ class RecordSerializer:
     def __init__(self, lib, corpus, layout, batch=4096):
         o = corpus.options
         self.lib, self.corpus, self.layout, self.batch = lib, corpus, layout, batch
-        self.record_bound = lib.bert_max_record_size(o.max_seq_length, o.max_predictions_per_seq,
-                                                     layout.key_len)
+        self.record_bound = lib.bert_max_record_size(
+            o.max_seq_length, o.max_predictions_per_seq, layout.key_len
+        )
         self.buffer = np.empty(self.record_bound * batch, np.uint8)
         self.features = np.empty(3 * o.max_seq_length + 2 * o.max_predictions_per_seq + 1, np.int64)
         self.weights = np.empty(o.max_predictions_per_seq, np.float32)
@@ -330,27 +405,51 @@ class RecordSerializer:
         """Framed records of instances `order` (at most `batch`), as a memoryview."""
         order = np.ascontiguousarray(order, np.int64)
         n = self.lib.bert_serialize_instances(
-            ctypes.byref(self.corpus.struct), ctypes.byref(instances.struct), order, len(order),
-            ctypes.byref(self.layout.struct), self.buffer, len(self.buffer), self.features,
-            self.weights, self.tokens)
+            ctypes.byref(self.corpus.struct),
+            ctypes.byref(instances.struct),
+            order,
+            len(order),
+            ctypes.byref(self.layout.struct),
+            self.buffer,
+            len(self.buffer),
+            self.features,
+            self.weights,
+            self.tokens,
+        )
         if n < 0:
-            raise RuntimeError("the native serializer failed (out of memory, or a bug: its buffer "
-                               "size is an upper bound)")
+            raise RuntimeError(
+                "the native serializer failed (out of memory, or a bug: its buffer size is an upper bound)"
+            )
         return memoryview(self.buffer)[:n]
 
 
 def serialize_example(lib, layout, features, max_seq_length, max_predictions_per_seq):
     """One example from a padded feature dict (data/pretraining/schema.py names), via C."""
+
     def ints(name):
         return np.ascontiguousarray(features[name], np.int64)
 
-    dst = np.empty(10 * (3 * max_seq_length + 2 * max_predictions_per_seq + 1) + 4 * max_predictions_per_seq
-                   + 64 + int(layout.key_len.sum()) + 24 * len(layout.key_len), np.uint8)
+    dst = np.empty(
+        10 * (3 * max_seq_length + 2 * max_predictions_per_seq + 1)
+        + 4 * max_predictions_per_seq
+        + 64
+        + int(layout.key_len.sum())
+        + 24 * len(layout.key_len),
+        np.uint8,
+    )
     n = lib.bert_serialize_example(
-        ctypes.byref(layout.struct), max_seq_length, max_predictions_per_seq, ints("input_ids"),
-        ints("input_mask"), ints("segment_ids"), ints("masked_lm_positions"), ints("masked_lm_ids"),
-        np.ascontiguousarray(features["masked_lm_weights"], np.float32), ints("next_sentence_labels"),
-        dst)
+        ctypes.byref(layout.struct),
+        max_seq_length,
+        max_predictions_per_seq,
+        ints("input_ids"),
+        ints("input_mask"),
+        ints("segment_ids"),
+        ints("masked_lm_positions"),
+        ints("masked_lm_ids"),
+        np.ascontiguousarray(features["masked_lm_weights"], np.float32),
+        ints("next_sentence_labels"),
+        dst,
+    )
     return dst[:n].tobytes()
 
 
@@ -385,10 +484,13 @@ def _hf_parts(tokenizer):
     if hf is None or not hasattr(hf, "normalizer"):
         return None
     model = hf.model
-    if not (isinstance(hf.normalizer, normalizers.BertNormalizer)
-            and isinstance(hf.pre_tokenizer, pre_tokenizers.BertPreTokenizer)
-            and isinstance(model, models.WordPiece) and model.continuing_subword_prefix == "##"
-            and not hf.get_added_tokens_decoder()):
+    if not (
+        isinstance(hf.normalizer, normalizers.BertNormalizer)
+        and isinstance(hf.pre_tokenizer, pre_tokenizers.BertPreTokenizer)
+        and isinstance(model, models.WordPiece)
+        and model.continuing_subword_prefix == "##"
+        and not hf.get_added_tokens_decoder()
+    ):
         return None
     return hf
 
@@ -422,9 +524,13 @@ def _character_table(hf, strips_accents):
         ch = chr(cp)
         py_space = C_PY_SPACE if ch.isspace() else 0
         # Context-dependent: final sigma lower-cases by position; NFD reorders surviving marks.
-        if cp == 0x3A3 or (strips_accents and any(
+        if cp == 0x3A3 or (
+            strips_accents
+            and any(
                 unicodedata.combining(d) and unicodedata.category(d) != "Mn"
-                for d in unicodedata.normalize("NFD", ch))):
+                for d in unicodedata.normalize("NFD", ch)
+            )
+        ):
             cls[cp] = C_UNKNOWN | py_space
             continue
         out = normalize(ch)
@@ -465,9 +571,18 @@ def _cached_character_table(hf, strips_accents):
     tokenizers version (not on the vocabulary) and takes ~0.3 s to compute."""
     import tokenizers
 
-    key = hashlib.sha256(b"|".join([
-        b"v1", tokenizers.__version__.encode(), hf.normalizer.__getstate__(), hf.pre_tokenizer.__getstate__(),
-        str(strips_accents).encode(), sys.version.encode()])).hexdigest()[:16]
+    key = hashlib.sha256(
+        b"|".join(
+            [
+                b"v1",
+                tokenizers.__version__.encode(),
+                hf.normalizer.__getstate__(),
+                hf.pre_tokenizer.__getstate__(),
+                str(strips_accents).encode(),
+                sys.version.encode(),
+            ]
+        )
+    ).hexdigest()[:16]
     for directory in _build_dirs():
         path = directory / f"wordpiece-chars-{key}.npz"
         try:
@@ -526,9 +641,18 @@ class FastWordPiece:
         self.slots = np.empty(size, np.int64)
         self.max_chars = int(hf.model.max_input_chars_per_word)
         self.struct = WordPieceTables(
-            self.cls.ctypes.data, self.rep_off.ctypes.data, self.rep.ctypes.data, self.keys.ctypes.data,
-            self.key_off.ctypes.data, self.key_id.ctypes.data, self.slots.ctypes.data, size - 1,
-            len(tokens), tokenizer.vocab[hf.model.unk_token], self.max_chars)
+            self.cls.ctypes.data,
+            self.rep_off.ctypes.data,
+            self.rep.ctypes.data,
+            self.keys.ctypes.data,
+            self.key_off.ctypes.data,
+            self.key_id.ctypes.data,
+            self.slots.ctypes.data,
+            size - 1,
+            len(tokens),
+            tokenizer.vocab[hf.model.unk_token],
+            self.max_chars,
+        )
         lib.bert_wp_build(ctypes.byref(self.struct))
         self.word = np.empty(4 * self.max_chars + 16, np.uint8)
 
@@ -543,10 +667,20 @@ class FastWordPiece:
         total = ctypes.c_int64(0)
         for factor in (2, 8):
             out = np.empty(factor * len(block) + 64, np.int32)
-            n = self.lib.bert_wp_tokenize(ctypes.byref(self.struct), block, len(block), kind, n_tok,
-                                          max_lines, out, len(out), self.word, ctypes.byref(total))
+            n = self.lib.bert_wp_tokenize(
+                ctypes.byref(self.struct),
+                block,
+                len(block),
+                kind,
+                n_tok,
+                max_lines,
+                out,
+                len(out),
+                self.word,
+                ctypes.byref(total),
+            )
             if n >= 0:
-                return kind[:n], n_tok[:n], out[:total.value].copy()
+                return kind[:n], n_tok[:n], out[: total.value].copy()
         kind[:] = LINE_FALLBACK  # cannot happen with real text; let the caller do it all
         n_tok[:] = 0
         return kind, n_tok, np.zeros(0, np.int32)

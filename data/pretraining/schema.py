@@ -90,8 +90,7 @@ def parse_examples(serialized, max_seq_length, max_predictions_per_seq):
 
     parsed = tf.io.parse_example(serialized, feature_spec(max_seq_length, max_predictions_per_seq))
     return {
-        name: tf.cast(value, tf.int32) if value.dtype == tf.int64 else value
-        for name, value in parsed.items()
+        name: tf.cast(value, tf.int32) if value.dtype == tf.int64 else value for name, value in parsed.items()
     }
 
 
@@ -142,8 +141,15 @@ def serialize_example(features):
     return b"\x0a" + _varint(len(body)) + body  # Example { features = 1 }
 
 
-def pad_features(input_ids, segment_ids, masked_lm_positions, masked_lm_ids, is_random_next,
-                 max_seq_length, max_predictions_per_seq):
+def pad_features(
+    input_ids,
+    segment_ids,
+    masked_lm_positions,
+    masked_lm_ids,
+    is_random_next,
+    max_seq_length,
+    max_predictions_per_seq,
+):
     """Google's writer step: one instance's ids -> the padded feature dict of the schema."""
     n, m = len(input_ids), len(masked_lm_positions)
     if n > max_seq_length or len(segment_ids) != n:

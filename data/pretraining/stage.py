@@ -44,8 +44,10 @@ def shard_seed(random_seed: int, relpath: str) -> int:
 def list_shards(shard_dir: str) -> list[str]:
     """Relative paths (split/name.txt) of the shard files, training first, in index order."""
     if not os.path.isdir(shard_dir):
-        raise UserError(f"The shard directory {shard_dir!r} does not exist; run --action sharding first "
-                        f"(with the same --n_training_shards/--n_test_shards/--fraction_test_set).")
+        raise UserError(
+            f"The shard directory {shard_dir!r} does not exist; run --action sharding first "
+            f"(with the same --n_training_shards/--n_test_shards/--fraction_test_set)."
+        )
     found = []
     for split in paths.SPLITS:
         files = glob.glob(os.path.join(shard_dir, split, "*.txt"))
@@ -70,8 +72,10 @@ def _check_sharding_complete(shard_dir: str) -> None:
     except (UserError, AttributeError):
         complete = False
     if not complete:
-        raise UserError(f"Sharding into {shard_dir!r} did not finish (its manifest is not complete); "
-                        f"re-run --action sharding first.")
+        raise UserError(
+            f"Sharding into {shard_dir!r} did not finish (its manifest is not complete); "
+            f"re-run --action sharding first."
+        )
 
 
 def assign_to_ranks(shard_dir: str, relpaths: list[str], world: int) -> list[list[str]]:
@@ -111,8 +115,9 @@ def _tfrecord_task(task: dict, report=None) -> tuple:
     if report is None and progress_queue is not None:
         report = progress_queue.put
     try:
-        stats = create_training_files([task["input"]], [task["output"]], _WORKER["tokenizer"],
-                                      progress=report, **task["options"])
+        stats = create_training_files(
+            [task["input"]], [task["output"]], _WORKER["tokenizer"], progress=report, **task["options"]
+        )
     except (OSError, ValueError) as e:
         return task["relpath"], None, f"{task['input']}: {e}"
     return task["relpath"], stats, None
@@ -123,13 +128,28 @@ def _remove_leftovers(output_dir: str) -> int:
     return sum(remove_stale_temporaries(os.path.join(output_dir, split)) for split in paths.SPLITS)
 
 
-def create_tfrecord_files(shard_dir: str, output_dir: str, *, vocab_file: str | None = None,
-                          spm_model_file: str | None = None, do_lower_case: bool = True,
-                          max_seq_length: int = 128, max_predictions_per_seq: int = 20,
-                          masked_lm_prob: float = 0.15, short_seq_prob: float = 0.1, dupe_factor: int = 5,
-                          random_seed: int = 12345, do_whole_word_mask: bool = False, n_processes: int = 1,
-                          rank: int = 0, world: int = 1, comm=None, progress_factory=None,
-                          verify: str = "sha256", log=_log) -> dict:
+def create_tfrecord_files(
+    shard_dir: str,
+    output_dir: str,
+    *,
+    vocab_file: str | None = None,
+    spm_model_file: str | None = None,
+    do_lower_case: bool = True,
+    max_seq_length: int = 128,
+    max_predictions_per_seq: int = 20,
+    masked_lm_prob: float = 0.15,
+    short_seq_prob: float = 0.1,
+    dupe_factor: int = 5,
+    random_seed: int = 12345,
+    do_whole_word_mask: bool = False,
+    n_processes: int = 1,
+    rank: int = 0,
+    world: int = 1,
+    comm=None,
+    progress_factory=None,
+    verify: str = "sha256",
+    log=_log,
+) -> dict:
     """Every shard of shard_dir -> output_dir/<split>/<shard>.tfrecord, in parallel, restartable.
 
     Shards are split over `world` MPI ranks (`comm` is an mpi4py communicator, or None for one
@@ -141,15 +161,19 @@ def create_tfrecord_files(shard_dir: str, output_dir: str, *, vocab_file: str | 
     from bert.tokenization import build_tokenizer
 
     if (vocab_file is None) == (spm_model_file is None):
-        raise UserError("Give exactly one of --vocab_file or --spm_model_file (or run --action vocab "
-                        "first so the trained one is found).")
+        raise UserError(
+            "Give exactly one of --vocab_file or --spm_model_file (or run --action vocab "
+            "first so the trained one is found)."
+        )
     if n_processes < 1:
         raise UserError(f"--n_processes must be at least 1 (got {n_processes}).")
     if max_seq_length < 5 or max_predictions_per_seq < 1 or not 0 < masked_lm_prob < 1 or dupe_factor < 1:
-        raise UserError(f"Invalid instance settings: --max_seq_length {max_seq_length} (>= 5), "
-                        f"--max_predictions_per_seq {max_predictions_per_seq} (>= 1), --masked_lm_prob "
-                        f"{masked_lm_prob} (in (0, 1)), --dupe_factor {dupe_factor} (>= 1).")
-    tokenizer_args = ({"vocab_file": vocab_file} if vocab_file else {"spm_model_file": spm_model_file})
+        raise UserError(
+            f"Invalid instance settings: --max_seq_length {max_seq_length} (>= 5), "
+            f"--max_predictions_per_seq {max_predictions_per_seq} (>= 1), --masked_lm_prob "
+            f"{masked_lm_prob} (in (0, 1)), --dupe_factor {dupe_factor} (>= 1)."
+        )
+    tokenizer_args = {"vocab_file": vocab_file} if vocab_file else {"spm_model_file": spm_model_file}
     tokenizer_args["do_lower_case"] = do_lower_case
     try:
         # Fails here, once, with the file's name, rather than in every worker.
@@ -161,12 +185,21 @@ def create_tfrecord_files(shard_dir: str, output_dir: str, *, vocab_file: str | 
     relpaths = list_shards(shard_dir)
     for split in paths.SPLITS:
         ensure_writable_dir(os.path.join(output_dir, split), "TFRecord output directory")
-    options = {"max_seq_length": max_seq_length, "max_predictions_per_seq": max_predictions_per_seq,
-               "masked_lm_prob": masked_lm_prob, "short_seq_prob": short_seq_prob,
-               "dupe_factor": dupe_factor, "do_whole_word_mask": do_whole_word_mask}
-    params = {**options, "random_seed": random_seed, "do_lower_case": do_lower_case,
-              "vocab_sha256": sha256_file(vocab_file or spm_model_file),
-              "vocab_kind": "wordpiece" if vocab_file else "sentencepiece"}
+    options = {
+        "max_seq_length": max_seq_length,
+        "max_predictions_per_seq": max_predictions_per_seq,
+        "masked_lm_prob": masked_lm_prob,
+        "short_seq_prob": short_seq_prob,
+        "dupe_factor": dupe_factor,
+        "do_whole_word_mask": do_whole_word_mask,
+    }
+    params = {
+        **options,
+        "random_seed": random_seed,
+        "do_lower_case": do_lower_case,
+        "vocab_sha256": sha256_file(vocab_file or spm_model_file),
+        "vocab_kind": "wordpiece" if vocab_file else "sentencepiece",
+    }
 
     # Every rank decides what is left to do from the same files, before anyone writes.
     manifest = Manifest.load(output_dir, TFRECORD_STAGE, params)
@@ -193,17 +226,25 @@ def create_tfrecord_files(shard_dir: str, output_dir: str, *, vocab_file: str | 
             skipped += 1
             continue
         manifest.forget(out)
-        todo.append({"relpath": rel, "input": os.path.join(shard_dir, rel),
-                     "output": os.path.join(output_dir, out),
-                     "options": {**options, "random_seed": shard_seed(random_seed, rel)}})
+        todo.append(
+            {
+                "relpath": rel,
+                "input": os.path.join(shard_dir, rel),
+                "output": os.path.join(output_dir, out),
+                "options": {**options, "random_seed": shard_seed(random_seed, rel)},
+            }
+        )
     if skipped:
         log(f"[{TFRECORD_STAGE}] rank {rank}: {skipped} of {len(mine)} outputs verified; skipped.")
 
     start = time.monotonic()
     failures = []
     total_bytes = sum(os.path.getsize(t["input"]) for t in todo)
-    progress = progress_factory(TFRECORD_STAGE if world == 1 else f"{TFRECORD_STAGE}[{rank}]",
-                                total_bytes) if (progress_factory and todo) else None
+    progress = (
+        progress_factory(TFRECORD_STAGE if world == 1 else f"{TFRECORD_STAGE}[{rank}]", total_bytes)
+        if (progress_factory and todo)
+        else None
+    )
 
     def finished(rel, stats, error):
         out = output_rel(rel)
@@ -237,8 +278,11 @@ def create_tfrecord_files(shard_dir: str, output_dir: str, *, vocab_file: str | 
         # Largest shards first: the last process to finish is not stuck with a big one.
         todo.sort(key=lambda t: -os.path.getsize(t["input"]))
         try:
-            with ctx.Pool(min(n_processes, len(todo)), initializer=_tfrecord_worker_init,
-                          initargs=(tokenizer_args, progress_queue, True)) as pool:
+            with ctx.Pool(
+                min(n_processes, len(todo)),
+                initializer=_tfrecord_worker_init,
+                initargs=(tokenizer_args, progress_queue, True),
+            ) as pool:
                 for rel, stats, error in pool.imap_unordered(_tfrecord_task, todo):
                     finished(rel, stats, error)
         finally:
@@ -248,8 +292,13 @@ def create_tfrecord_files(shard_dir: str, output_dir: str, *, vocab_file: str | 
     if progress is not None:
         progress.close()
 
-    local = {"shards": len(mine), "skipped": skipped, "done": len(todo) - len(failures),
-             "failed": len(failures), "seconds": round(time.monotonic() - start, 3)}
+    local = {
+        "shards": len(mine),
+        "skipped": skipped,
+        "done": len(todo) - len(failures),
+        "failed": len(failures),
+        "seconds": round(time.monotonic() - start, 3),
+    }
     errors = failures
     if comm is not None:
         gathered = comm.allgather((local, failures))
@@ -261,8 +310,10 @@ def create_tfrecord_files(shard_dir: str, output_dir: str, *, vocab_file: str | 
         local = {k: sum(g[0][k] for g in gathered) for k in ("shards", "skipped", "done", "failed")}
         local["seconds"] = max(g[0]["seconds"] for g in gathered)
     if errors:
-        raise UserError(f"{len(errors)} shard(s) failed and were left without output (re-run to retry "
-                        f"them): " + "; ".join(errors[:3]) + (" ..." if len(errors) > 3 else ""))
+        raise UserError(
+            f"{len(errors)} shard(s) failed and were left without output (re-run to retry "
+            f"them): " + "; ".join(errors[:3]) + (" ..." if len(errors) > 3 else "")
+        )
     manifest = Manifest.load(output_dir, TFRECORD_STAGE, params)  # every rank's records
     if rank == 0 and all(manifest.verified(output_rel(rel), "size") for rel in relpaths):
         manifest.mark_complete()

@@ -109,8 +109,7 @@ def read_records(path, verify=True, limit=None):
             (length,) = struct.unpack("<Q", header[:8])
             if verify and struct.unpack("<I", header[8:])[0] != masked_crc32c(header[:8]):
                 raise CorruptRecordError(
-                    f"{path}: corrupt record header at byte {offset} (CRC mismatch); "
-                    "is this a TFRecord file?"
+                    f"{path}: corrupt record header at byte {offset} (CRC mismatch); is this a TFRecord file?"
                 )
             data = f.read(length)
             footer = f.read(4)

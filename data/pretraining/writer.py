@@ -28,9 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from data.pretraining import native
 from common.files import commit, temporary_name
-from data.pretraining import schema, tfrecord
+from data.pretraining import native, schema, tfrecord
 from data.pretraining.instances import InstanceOptions, create_training_instances
 from data.pretraining.masking import MaskingVocab, is_continuation_piece
 
@@ -59,8 +58,10 @@ class TokenizedCorpus:
     def documents(self):
         """As nested lists of ids (the pure-Python path's input)."""
         t, so = self.tokens, self.sent_off
-        return [[t[so[s]:so[s + 1]].tolist() for s in range(self.doc_sent[d], self.doc_sent[d + 1])]
-                for d in range(self.num_documents)]
+        return [
+            [t[so[s] : so[s + 1]].tolist() for s in range(self.doc_sent[d], self.doc_sent[d + 1])]
+            for d in range(self.num_documents)
+        ]
 
 
 def _decode_lines(block):
@@ -115,7 +116,7 @@ def _tokenize_block_fast(block, fast, tokenizer):
     pieces, previous = [], 0
     for j, line in enumerate(fallback):
         cut = starts[line]
-        pieces += [ids[previous:cut], f_tokens[f_starts[j]:f_starts[j + 1]]]
+        pieces += [ids[previous:cut], f_tokens[f_starts[j] : f_starts[j + 1]]]
         previous = cut
     pieces.append(ids[previous:])
     return blank, lengths, np.concatenate(pieces), invalid
@@ -165,7 +166,7 @@ def read_documents(input_files, tokenizer, *, progress=None, block_bytes=_READ_B
                 if cut < 0:
                     carry = block
                     continue
-                carry = block[cut + 1:]
+                carry = block[cut + 1 :]
                 add(block[:cut])
             if carry:
                 add(carry)
@@ -227,18 +228,30 @@ def _native_instances(corpus, tokenizer, options, rng, log, lib):
     state = native.MTState.from_random(rng)
     doc_perm = native.shuffled_indices(lib, state, corpus.num_documents)  # rng.shuffle(docs)
     native_corpus = native.NativeCorpus(
-        corpus.tokens, corpus.sent_off, corpus.doc_sent, doc_perm, list(vocab.values()), continuation,
-        tokenizer.cls_id, tokenizer.sep_id, tokenizer.mask_id, options)
+        corpus.tokens,
+        corpus.sent_off,
+        corpus.doc_sent,
+        doc_perm,
+        list(vocab.values()),
+        continuation,
+        tokenizer.cls_id,
+        tokenizer.sep_id,
+        tokenizer.mask_id,
+        options,
+    )
     # A pass makes at most one instance per sentence; the store grows as needed.
     store = native.NativeInstances(corpus.num_sentences, options.max_predictions_per_seq)
     start = time.perf_counter()
     for dupe in range(options.dupe_factor):
         for lo in range(0, corpus.num_documents, _DOCS_PER_CALL):
-            native.create_instances(lib, state, native_corpus, lo,
-                                              min(lo + _DOCS_PER_CALL, corpus.num_documents), store)
+            native.create_instances(
+                lib, state, native_corpus, lo, min(lo + _DOCS_PER_CALL, corpus.num_documents), store
+            )
         elapsed = time.perf_counter() - start
-        log(f"pass {dupe + 1}/{options.dupe_factor}: {store.count:,} instances "
-            f"({store.count / max(elapsed, 1e-9):,.0f}/s)")
+        log(
+            f"pass {dupe + 1}/{options.dupe_factor}: {store.count:,} instances "
+            f"({store.count / max(elapsed, 1e-9):,.0f}/s)"
+        )
     order = native.shuffled_indices(lib, state, store.count)  # rng.shuffle(instances)
     state.store(rng)
     return native_corpus, store, order
@@ -252,19 +265,26 @@ def _write_native(opened, native_corpus, store, order, lib, progress_bytes):
     for j, (_, _, writer) in enumerate(opened):
         mine = order[j::n_out]  # round robin, as the reference's writer_index
         for lo in range(0, len(mine), serializer.batch):
-            part = mine[lo:lo + serializer.batch]
+            part = mine[lo : lo + serializer.batch]
             writer.write_framed(serializer.serialize(store, part))
             done += len(part)
             progress_bytes(done / max(total, 1))
-    return int(store.n_masked[:store.count].sum())
+    return int(store.n_masked[: store.count].sum())
 
 
 def _write_python(opened, instances, options, progress_bytes):
     S, P = options.max_seq_length, options.max_predictions_per_seq
     masked = 0
     for k, inst in enumerate(instances):
-        features = schema.pad_features(inst.tokens, inst.segment_ids, inst.masked_lm_positions,
-                                       inst.masked_lm_labels, inst.is_random_next, S, P)
+        features = schema.pad_features(
+            inst.tokens,
+            inst.segment_ids,
+            inst.masked_lm_positions,
+            inst.masked_lm_labels,
+            inst.is_random_next,
+            S,
+            P,
+        )
         opened[k % len(opened)][2].write(schema.serialize_example(features))
         masked += len(inst.masked_lm_positions)
         if k % 4096 == 4095:
@@ -273,8 +293,9 @@ def _write_python(opened, instances, options, progress_bytes):
     return masked
 
 
-def _create_training_files(input_files, output_files, tokenizer, options, random_seed, progress=None,
-                           log=None, engine="auto"):
+def _create_training_files(
+    input_files, output_files, tokenizer, options, random_seed, progress=None, log=None, engine="auto"
+):
     """create_training_files with the engine choice ("auto", "native", "python") and a `log`
     callable(str) for stage messages."""
     start = time.perf_counter()
@@ -292,8 +313,10 @@ def _create_training_files(input_files, output_files, tokenizer, options, random
     if engine != "python":
         lib = native.load(required=engine == "native")
         if lib is None:
-            log(f"the C instance builder is unavailable ({native.unavailable_reason()}); "
-                "using the pure-Python path (same output, much slower)")
+            log(
+                f"the C instance builder is unavailable ({native.unavailable_reason()}); "
+                "using the pure-Python path (same output, much slower)"
+            )
 
     # Half of the progress units (input bytes) while reading, half while writing.
     total_bytes = sum(os.path.getsize(p) for p in input_files)
@@ -316,11 +339,16 @@ def _create_training_files(input_files, output_files, tokenizer, options, random
     try:
         corpus = read_documents(input_files, tokenizer, progress=read_progress)
         elapsed = time.perf_counter() - start
-        log(f"read {corpus.num_documents:,} documents, {corpus.num_sentences:,} sentences, "
+        log(
+            f"read {corpus.num_documents:,} documents, {corpus.num_sentences:,} sentences, "
             f"{len(corpus.tokens):,} tokens from {total_bytes / 1e6:,.1f} MB in {elapsed:.1f} s "
             f"({total_bytes / 1e6 / max(elapsed, 1e-9):.2f} MB/s)"
-            + (f"; {corpus.invalid_utf8_lines:,} lines with invalid UTF-8 replaced"
-               if corpus.invalid_utf8_lines else ""))
+            + (
+                f"; {corpus.invalid_utf8_lines:,} lines with invalid UTF-8 replaced"
+                if corpus.invalid_utf8_lines
+                else ""
+            )
+        )
         if lib is not None and native.supports(rng):
             native_corpus, store, order = _native_instances(corpus, tokenizer, options, rng, log, lib)
             num_instances = len(order)
@@ -350,10 +378,22 @@ def _create_training_files(input_files, output_files, tokenizer, options, random
     }
 
 
-def create_training_files(input_files: list[str], output_files: list[str], tokenizer, *,
-                          max_seq_length=128, max_predictions_per_seq=20, masked_lm_prob=0.15,
-                          short_seq_prob=0.1, dupe_factor=10, random_seed=12345,
-                          do_whole_word_mask=False, progress=None, log=None, engine="auto") -> dict:
+def create_training_files(
+    input_files: list[str],
+    output_files: list[str],
+    tokenizer,
+    *,
+    max_seq_length=128,
+    max_predictions_per_seq=20,
+    masked_lm_prob=0.15,
+    short_seq_prob=0.1,
+    dupe_factor=10,
+    random_seed=12345,
+    do_whole_word_mask=False,
+    progress=None,
+    log=None,
+    engine="auto",
+) -> dict:
     """Text files -> pretraining TFRecord files, Google's output for the same seed.
 
     Args:
@@ -372,8 +412,14 @@ def create_training_files(input_files: list[str], output_files: list[str], token
     Returns {documents, sentences, tokens, instances, masked_tokens, invalid_utf8_lines,
     seconds}.
     """
-    options = InstanceOptions(max_seq_length=max_seq_length, max_predictions_per_seq=max_predictions_per_seq,
-                              masked_lm_prob=masked_lm_prob, short_seq_prob=short_seq_prob,
-                              dupe_factor=dupe_factor, do_whole_word_mask=do_whole_word_mask)
-    return _create_training_files(input_files, output_files, tokenizer, options, random_seed,
-                                  progress=progress, log=log, engine=engine)
+    options = InstanceOptions(
+        max_seq_length=max_seq_length,
+        max_predictions_per_seq=max_predictions_per_seq,
+        masked_lm_prob=masked_lm_prob,
+        short_seq_prob=short_seq_prob,
+        dupe_factor=dupe_factor,
+        do_whole_word_mask=do_whole_word_mask,
+    )
+    return _create_training_files(
+        input_files, output_files, tokenizer, options, random_seed, progress=progress, log=log, engine=engine
+    )
