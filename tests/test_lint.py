@@ -53,7 +53,7 @@ def test_the_linters_fail_on_a_finding(tmp_path):
     result = _bash("scripts/lint.sh", str(script), str(dockerfile), str(module))
     output = result.stdout + result.stderr
     assert result.returncode == 1, output
-    assert "F401" in output and "Would reformat" in output
+    assert "F401" in output and "would be reformatted" in output
     assert "SC2086" in output
     assert "DL3006" in output and "DL3003" in output
     assert "[lint] clean" not in output
