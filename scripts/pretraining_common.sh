@@ -2,7 +2,7 @@
 # Sourced by scripts/run_pretraining_lamb.sh (both phases) and scripts/run_pretraining_lamb_phase1.sh /
 # _phase2.sh (one phase each), so all three take the same arguments the same way.
 #
-# training/launch_settings.py does the thinking: it resolves NVIDIA's positional arguments, named
+# training/launch_settings/ does the thinking: it resolves NVIDIA's positional arguments, named
 # overrides and presets, validates them (exit 2 with the usage on a bad one), prints the resolved
 # settings and the commands, checks the inputs, and writes a plan of bash arrays that this file runs.
 
