@@ -8,32 +8,43 @@ import numpy as np
 import tensorflow as tf
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bert.config import BertConfig  # noqa: E402
 from bert.pretraining import BertPretrainer, pretraining_losses  # noqa: E402
 from tests.conftest import random_batch  # noqa: E402
 from training.distributed import Distributed  # noqa: E402
-from bert.config import BertConfig  # noqa: E402
 
 
 def main(output):
     dist = Distributed(use_horovod=True)
-    config = BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                        intermediate_size=64, max_position_embeddings=64)
+    config = BertConfig(
+        vocab_size=99,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
     keras_seed = 1000 + dist.rank  # different initial weights per worker: broadcast must fix that
     tf.keras.utils.set_random_seed(keras_seed) if hasattr(tf, "keras") else None
     import keras
+
     keras.utils.set_random_seed(keras_seed)
     model = BertPretrainer(config)
     dist.broadcast_variables(model.weights)
     batch = random_batch(config, batch=4, seq=16)
-    half = {k: v[dist.rank * 2:(dist.rank + 1) * 2] for k, v in batch.items()}
+    half = {k: v[dist.rank * 2 : (dist.rank + 1) * 2] for k, v in batch.items()}
     with tf.GradientTape() as tape:
         loss = pretraining_losses(model(half), half)["loss"]
     grads = tape.gradient(loss, model.trainable_variables)
     grads = dist.average([tf.convert_to_tensor(g) for g in grads])
     if dist.is_chief:
-        np.savez(output, size=dist.size, loss=float(loss),
-                 **{f"w{i}": w.numpy() for i, w in enumerate(model.trainable_variables)},
-                 **{f"g{i}": g.numpy() for i, g in enumerate(grads)})
+        np.savez(
+            output,
+            size=dist.size,
+            loss=float(loss),
+            **{f"w{i}": w.numpy() for i, w in enumerate(model.trainable_variables)},
+            **{f"g{i}": g.numpy() for i, g in enumerate(grads)},
+        )
 
 
 if __name__ == "__main__":

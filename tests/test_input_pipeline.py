@@ -7,9 +7,16 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from common.errors import UserError
+from common.files import expand_globs
 from data.pretraining import schema, tfrecord
-from training.input_pipeline import (count_records, expand_file_patterns, pretraining_dataset,
-                                     verify_files, worker_files)
+from training.input_pipeline import (
+    count_records,
+    naming_corrupt_files,
+    pretraining_dataset,
+    verify_files,
+    worker_files,
+)
 
 S, P = 16, 4
 
@@ -21,9 +28,16 @@ def write_file(path, n, start, S=S, P=P):
         for k in range(start, start + n):
             length = rng.randrange(5, S + 1)
             ids = [2, k] + [rng.randrange(5, 99) for _ in range(length - 3)] + [3]
-            positions = sorted(rng.sample(range(1, length - 1), min(P, length - 2)))[:rng.randrange(1, P + 1)]
-            w.write(schema.serialize_example(schema.pad_features(
-                ids, [0] * 3 + [1] * (length - 3), positions, [ids[p] for p in positions], k % 2, S, P)))
+            positions = sorted(rng.sample(range(1, length - 1), min(P, length - 2)))[
+                : rng.randrange(1, P + 1)
+            ]
+            w.write(
+                schema.serialize_example(
+                    schema.pad_features(
+                        ids, [0] * 3 + [1] * (length - 3), positions, [ids[p] for p in positions], k % 2, S, P
+                    )
+                )
+            )
     return str(path)
 
 
@@ -44,8 +58,9 @@ def serials(dataset):
 
 def test_training_batches_have_static_shapes_and_dtypes(shards):
     d, files, _ = shards
-    ds = pretraining_dataset(os.path.join(d, "part-*.tfrecord"), 8, S, P, is_training=True, seed=1,
-                             shuffle_buffer=50)
+    ds = pretraining_dataset(
+        os.path.join(d, "part-*.tfrecord"), 8, S, P, is_training=True, seed=1, shuffle_buffer=50
+    )
     spec = ds.element_spec
     assert spec["input_ids"].shape == (8, S) and spec["input_ids"].dtype == tf.int32
     assert spec["masked_lm_positions"].shape == (8, P) and spec["masked_lm_ids"].dtype == tf.int32
@@ -74,10 +89,13 @@ def test_workers_read_disjoint_files_that_cover_all(shards):
     pattern = os.path.join(d, "part-*.tfrecord")
     seen = []
     for worker in range(3):
-        mine = worker_files(expand_file_patterns(pattern), 3, worker)
+        mine = worker_files(expand_globs(pattern), 3, worker)
         assert mine == files[worker::3]
-        seen.append(serials(pretraining_dataset(pattern, 4, S, P, is_training=False, num_workers=3,
-                                                worker_index=worker)))
+        seen.append(
+            serials(
+                pretraining_dataset(pattern, 4, S, P, is_training=False, num_workers=3, worker_index=worker)
+            )
+        )
     assert sum(len(s) for s in seen) == total
     assert sorted(x for s in seen for x in s) == list(range(total))
     assert not set(seen[0]) & set(seen[1]) and not set(seen[1]) & set(seen[2])
@@ -88,8 +106,9 @@ def test_training_seed_makes_the_order_reproducible(shards):
     pattern = os.path.join(d, "part-*.tfrecord")
 
     def first(seed):
-        return serials(pretraining_dataset(pattern, 4, S, P, seed=seed, shuffle_buffer=20,
-                                           deterministic=True).take(5))
+        return serials(
+            pretraining_dataset(pattern, 4, S, P, seed=seed, shuffle_buffer=20, deterministic=True).take(5)
+        )
 
     assert first(3) == first(3)
     assert first(3) != first(4)
@@ -98,31 +117,49 @@ def test_training_seed_makes_the_order_reproducible(shards):
 def test_fewer_files_than_workers_is_a_clear_error(shards):
     d, _, _ = shards
     pattern = os.path.join(d, "part-0[01].tfrecord")
-    with pytest.raises(ValueError, match=r"2 input file\(s\) .*part-0\[01\].*for 4 workers"):
+    with pytest.raises(UserError, match=r"2 input file\(s\) .*part-0\[01\].*for 4 workers"):
         pretraining_dataset(pattern, 4, S, P, num_workers=4, worker_index=0)
-    with pytest.raises(ValueError, match="No files match"):
-        pretraining_dataset(os.path.join(d, "nope-*"), 4, S, P)
+    # Comma-separated globs: one that matches nothing is named, even beside one that matches.
+    with pytest.raises(UserError, match=r"match .*nope-\*"):
+        pretraining_dataset(pattern + "," + os.path.join(d, "nope-*"), 4, S, P)
 
 
 def test_records_of_another_length_name_the_file(tmp_path):
     good = write_file(tmp_path / "a.tfrecord", 3, 0)
     other = write_file(tmp_path / "b.tfrecord", 3, 100, S=32, P=5)
-    with pytest.raises(ValueError, match=r"b\.tfrecord: feature 'input_ids' holds 32 .*max_seq_length=32, "
-                                         r"max_predictions_per_seq=5"):
+    with pytest.raises(
+        UserError,
+        match=r"b\.tfrecord: feature 'input_ids' holds 32 .*max_seq_length=32, "
+        r"max_predictions_per_seq=5",
+    ):
         pretraining_dataset([good, other], 2, S, P, is_training=False)
 
 
 def test_corrupt_or_foreign_files_name_the_file(tmp_path):
     junk = tmp_path / "junk.tfrecord"
     junk.write_bytes(b"this is not a TFRecord file at all, just text\n" * 3)
-    with pytest.raises(ValueError, match=r"junk\.tfrecord: corrupt record header"):
+    with pytest.raises(UserError, match=r"junk\.tfrecord: corrupt record header"):
         pretraining_dataset(str(junk), 2, S, P)
     good = write_file(tmp_path / "c.tfrecord", 4, 0)
     data = bytearray(open(good, "rb").read())
     data[-30] ^= 0xFF  # inside the last record
     open(good, "wb").write(bytes(data))
-    with pytest.raises(ValueError, match=r"c\.tfrecord: corrupt record at byte"):
+    with pytest.raises(UserError, match=r"c\.tfrecord: corrupt record at byte"):
         verify_files([good])
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip"])
+def test_damage_past_the_first_record_names_the_file_when_read(tmp_path, damage):
+    path = write_file(tmp_path / "d.tfrecord", 6, 0)
+    data = bytearray(open(path, "rb").read())
+    if damage == "truncate":
+        data = data[:-25]  # a killed writer: the last record is cut short
+    else:
+        data[-30] ^= 0xFF
+    open(path, "wb").write(bytes(data))
+    ds = pretraining_dataset(path, 2, S, P, is_training=False)  # the first record is fine
+    with pytest.raises(UserError, match=r"d\.tfrecord: (truncated|corrupt) record"):
+        list(naming_corrupt_files(iter(ds), [path]))
 
 
 def test_count_records(shards):

@@ -33,18 +33,27 @@ pytestmark = pytest.mark.slow
 
 def _tiny_config():
     from bert.config import BertConfig
+
     # Dropout off: the runs being compared must not depend on per-process random streams.
-    return BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                      intermediate_size=64, max_position_embeddings=64,
-                      hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    return BertConfig(
+        vocab_size=99,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=64,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
 
 
 def _micro_batches(config, update):
     """The update's global batch of 8 sequences as 4 micro-batches of 2, the same for every run."""
     from tests.conftest import random_batch
+
     batch = random_batch(config, batch=8, seq=16, seed=update)
     n = 8 // MICRO_BATCHES
-    return [{k: v[i * n:(i + 1) * n] for k, v in batch.items()} for i in range(MICRO_BATCHES)]
+    return [{k: v[i * n : (i + 1) * n] for k, v in batch.items()} for i in range(MICRO_BATCHES)]
 
 
 def _train(rank, size, distributed=None):
@@ -62,11 +71,12 @@ def _train(rank, size, distributed=None):
         keras.utils.set_random_seed(1000 + rank)  # rank 1 starts elsewhere: the broadcast aligns it
         model = BertPretrainer(config)
         share = MICRO_BATCHES // size
-        step = PretrainingStep(model, keras.optimizers.SGD(0.5), accumulation_steps=share,
-                               distributed=distributed)
+        step = PretrainingStep(
+            model, keras.optimizers.SGD(0.5), accumulation_steps=share, distributed=distributed
+        )
         history = []
         for update in range(UPDATES):
-            mine = _micro_batches(config, update)[rank * share:(rank + 1) * share]
+            mine = _micro_batches(config, update)[rank * share : (rank + 1) * share]
             metrics = step(iter(mine))
             assert metrics["applied"]
             history.append([w.numpy() for w in model.weights])
@@ -80,16 +90,25 @@ def _worker(prefix):
 
     dist = Distributed(use_horovod=True)
     history = _train(dist.rank, dist.size, distributed=dist)
-    np.savez(f"{prefix}.rank{dist.rank}.npz", size=dist.size, count=len(history[0]),
-             mpi=hvd.mpi_enabled(), gloo=hvd.gloo_enabled(),
-             **{f"u{u}_w{i}": w for u, weights in enumerate(history) for i, w in enumerate(weights)})
+    np.savez(
+        f"{prefix}.rank{dist.rank}.npz",
+        size=dist.size,
+        count=len(history[0]),
+        mpi=hvd.mpi_enabled(),
+        gloo=hvd.gloo_enabled(),
+        **{f"u{u}_w{i}": w for u, weights in enumerate(history) for i, w in enumerate(weights)},
+    )
 
 
 def _load(path):
     data = np.load(path)
     weights = [[data[f"u{u}_w{i}"] for i in range(int(data["count"]))] for u in range(UPDATES)]
-    return {"size": int(data["size"]), "mpi": bool(data["mpi"]), "gloo": bool(data["gloo"]),
-            "weights": weights}
+    return {
+        "size": int(data["size"]),
+        "mpi": bool(data["mpi"]),
+        "gloo": bool(data["gloo"]),
+        "weights": weights,
+    }
 
 
 def _launch(how, workdir):
@@ -99,23 +118,51 @@ def _launch(how, workdir):
     # Two ranks share CI's two cores with TensorFlow's threads: OpenMPI's busy polling would
     # take the cores from them (3x slower), so MPI yields when idle. mpirun forwards OMPI_MCA_*.
     # CUDA_VISIBLE_DEVICES="": workers never open a GPU (see _train), so none holds GPU memory.
-    env = dict(os.environ, PATH=BIN + os.pathsep + os.environ.get("PATH", ""),
-               TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT, OMPI_MCA_mpi_yield_when_idle="1",
-               CUDA_VISIBLE_DEVICES="")
+    env = dict(
+        os.environ,
+        PATH=BIN + os.pathsep + os.environ.get("PATH", ""),
+        TF_CPP_MIN_LOG_LEVEL="2",
+        PYTHONPATH=ROOT,
+        OMPI_MCA_mpi_yield_when_idle="1",
+        CUDA_VISIBLE_DEVICES="",
+    )
     as_root = ["--allow-run-as-root"] if os.geteuid() == 0 else []
     if how == "gloo":
         cmd = [os.path.join(BIN, "horovodrun"), "-np", "2", "-H", "localhost:2", "--gloo", *worker]
     elif how == "mpirun":
         hostfile = workdir / "hostfile"
         hostfile.write_text("localhost slots=2\n")
-        cmd = ["mpirun", *as_root, "--hostfile", str(hostfile), "-np", "2", "--bind-to", "none",
-               "-x", "PYTHONPATH", "-x", "TF_CPP_MIN_LOG_LEVEL", "-x", "PATH", *worker]
+        cmd = [
+            "mpirun",
+            *as_root,
+            "--hostfile",
+            str(hostfile),
+            "-np",
+            "2",
+            "--bind-to",
+            "none",
+            "-x",
+            "PYTHONPATH",
+            "-x",
+            "TF_CPP_MIN_LOG_LEVEL",
+            "-x",
+            "PATH",
+            *worker,
+        ]
     else:
         # horovodrun --mpi writes OpenMPI 4 style single-dash options (`-bind-to none -map-by
         # slot`); OpenMPI 5's prterun takes `-bind-to` for a flag and `none` for the program
         # ("Executable: none"). Giving the binding arguments in the double-dash form replaces them.
-        cmd = [os.path.join(BIN, "horovodrun"), "-np", "2", "-H", "localhost:2", "--mpi",
-               "--binding-args=--bind-to none --map-by slot", *worker]
+        cmd = [
+            os.path.join(BIN, "horovodrun"),
+            "-np",
+            "2",
+            "-H",
+            "localhost:2",
+            "--mpi",
+            "--binding-args=--bind-to none --map-by slot",
+            *worker,
+        ]
     result = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=400)
     assert result.returncode == 0, f"{cmd}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     return [_load(f"{prefix}.rank{rank}.npz") for rank in range(2)]
@@ -133,6 +180,7 @@ def runs(tmp_path_factory):
                 pytest.skip("no MPI runtime in this environment")
             cache[how] = _launch(how, workdir)
         return cache[how]
+
     return get
 
 

@@ -27,7 +27,7 @@ def _model(config, dtype="float32", seed=3):
 
 def _split(batch, parts):
     n = len(batch["input_ids"]) // parts
-    return [{k: v[i * n:(i + 1) * n] for k, v in batch.items()} for i in range(parts)]
+    return [{k: v[i * n : (i + 1) * n] for k, v in batch.items()} for i in range(parts)]
 
 
 def _unequal_masks(config, batch=8):
@@ -63,18 +63,24 @@ def test_masked_lm_loss_is_normalised_by_the_update_s_mask_count(config):
     with tf.GradientTape() as tape:
         loss = pretraining_losses(initial(batch), batch)["loss"]
     gradients = tape.gradient(loss, initial.trainable_variables)
-    expected = [w.numpy() - 0.5 * tf.convert_to_tensor(g).numpy()
-                for w, g in zip(initial.trainable_variables, gradients)]
+    expected = [
+        w.numpy() - 0.5 * tf.convert_to_tensor(g).numpy()
+        for w, g in zip(initial.trainable_variables, gradients)
+    ]
     naive = []  # what averaging the micro-batches' own means would give
     for half in _split(batch, 2):
         with tf.GradientTape() as tape:
             half_loss = pretraining_losses(initial(half), half)["loss"]
         naive.append(tape.gradient(half_loss, initial.trainable_variables))
-    naive_update = [w.numpy() - 0.25 * (tf.convert_to_tensor(a) + tf.convert_to_tensor(b)).numpy()
-                    for w, a, b in zip(initial.trainable_variables, *naive)]
+    naive_update = [
+        w.numpy() - 0.25 * (tf.convert_to_tensor(a) + tf.convert_to_tensor(b)).numpy()
+        for w, a, b in zip(initial.trainable_variables, *naive)
+    ]
 
     acc = _model(config)
-    metrics = PretrainingStep(acc, keras.optimizers.SGD(0.5), accumulation_steps=2)(_split(batch, 2))
+    metrics = PretrainingStep(acc, keras.optimizers.SGD(0.5), accumulation_steps=2, jit_compile=False)(
+        _split(batch, 2)
+    )
     got = [w.numpy() for w in acc.trainable_variables]
     assert max(np.abs(a - b).max() for a, b in zip(naive_update, expected)) > 1e-4
     for a, b in zip(got, expected):
@@ -85,7 +91,7 @@ def test_masked_lm_loss_is_normalised_by_the_update_s_mask_count(config):
 
 def test_one_update_per_k_micro_batches_and_none_before(config):
     model = _model(config)
-    step = PretrainingStep(model, keras.optimizers.SGD(0.1), accumulation_steps=3)
+    step = PretrainingStep(model, keras.optimizers.SGD(0.1), accumulation_steps=3, jit_compile=False)
     batches = iter(_split(random_batch(config, batch=16, seq=16), 8))
     initial = [w.numpy().copy() for w in model.weights]
     first, second = next(batches), next(batches)
@@ -106,24 +112,26 @@ def test_float16_overflow_skips_the_update_and_halves_the_scale(config):
     model = _model(config, dtype="mixed_float16")
     optimizer = keras.optimizers.Adam(1e-3)
     step = PretrainingStep(model, optimizer)
-    assert step.loss_scale.enabled and float(step.loss_scale.scale) == 2.0 ** 15
+    assert step.loss_scale.enabled and float(step.loss_scale.scale) == 2.0**15
     assert step.fp16_compression  # gradients travel as float16 between workers, unscaled
     metrics = step([random_batch(config)])
     assert metrics["applied"] and int(optimizer.iterations) == 1
-    # The accumulator held unscaled gradients: an SGD-free check is that Adam moved weights by
-    # about the learning rate, not 2^15 times less or more.
     weights = [w.numpy().copy() for w in model.weights]
     slots = [v.numpy().copy() for v in optimizer.variables]
     bad = [tf.zeros(v.shape, tf.float32) for v in step.variables]
     bad[3] = tf.fill(bad[3].shape, float("inf"))
-    totals = {"mlm_loss": tf.constant(1.0), "nsp_loss": tf.constant(1.0),
-              "masked_tokens": tf.constant(3.0), "sequences": tf.constant(2.0)}
+    totals = {
+        "mlm_loss": tf.constant(1.0),
+        "nsp_loss": tf.constant(1.0),
+        "masked_tokens": tf.constant(3.0),
+        "sequences": tf.constant(2.0),
+    }
     applied = step._update(bad, totals)
     assert not bool(applied)
     assert all(np.array_equal(a, w.numpy()) for a, w in zip(weights, model.weights))
     assert all(np.array_equal(a, v.numpy()) for a, v in zip(slots, optimizer.variables))
     assert int(optimizer.iterations) == 1  # so the schedule does not advance either
-    assert float(step.loss_scale.scale) == 2.0 ** 14 and int(step.loss_scale.skipped_steps) == 1
+    assert float(step.loss_scale.scale) == 2.0**14 and int(step.loss_scale.skipped_steps) == 1
 
 
 def test_float16_gradients_are_unscaled_like_float32(config):
@@ -132,7 +140,7 @@ def test_float16_gradients_are_unscaled_like_float32(config):
     for dtype in ("float32", "mixed_float16"):
         model = _model(config, dtype=dtype)
         before = [w.numpy().copy() for w in model.trainable_variables]
-        PretrainingStep(model, keras.optimizers.SGD(1.0))([batch])
+        PretrainingStep(model, keras.optimizers.SGD(1.0), jit_compile=False)([batch])
         updates[dtype] = [w.numpy() - b for w, b in zip(model.trainable_variables, before)]
     for a, b in zip(updates["float32"], updates["mixed_float16"]):
         np.testing.assert_allclose(a, b, atol=5e-3 * max(1e-3, np.abs(a).max()) + 1e-4)
@@ -140,7 +148,7 @@ def test_float16_gradients_are_unscaled_like_float32(config):
 
 def test_non_finite_float32_update_is_not_applied(config):
     model = _model(config)
-    step = PretrainingStep(model, keras.optimizers.SGD(0.1))
+    step = PretrainingStep(model, keras.optimizers.SGD(0.1), jit_compile=False)
     assert not step.loss_scale.enabled and not step.fp16_compression
     batch = random_batch(config, batch=4, seq=16)
     batch["masked_lm_weights"] = batch["masked_lm_weights"].copy()
@@ -154,6 +162,7 @@ def test_non_finite_float32_update_is_not_applied(config):
 
 def test_loss_scale_grows_after_clean_steps():
     from optimization.loss_scale import DynamicLossScale
+
     scale = DynamicLossScale(initial_scale=8.0, growth_interval=3)
     for finite in (True, True, True, True, False, True):
         scale.update(tf.constant(finite))
@@ -165,7 +174,7 @@ def test_loss_scale_grows_after_clean_steps():
 
 def test_evaluate_reports_accuracies_and_losses_over_all_batches(config):
     model = _model(config)
-    step = PretrainingStep(model, keras.optimizers.SGD(0.1))
+    step = PretrainingStep(model, keras.optimizers.SGD(0.1), jit_compile=False)
     batch = _unequal_masks(config, batch=4)
     result = step.evaluate(iter(_split(batch, 2)))
     outputs = model(batch)
@@ -181,7 +190,7 @@ def test_evaluate_reports_accuracies_and_losses_over_all_batches(config):
 
 
 def test_accumulator_sums_are_not_training_state(config):
-    step = TrainStep(_model(config), keras.optimizers.SGD(0.1), PretrainingObjective())
+    step = TrainStep(_model(config), keras.optimizers.SGD(0.1), PretrainingObjective(), jit_compile=False)
     state = {id(v) for v in step.state_variables}
     assert not any(id(v) in state for v in step.accumulator.variables)
     assert id(step.optimizer.iterations) in state and id(step.loss_scale.scale) in state

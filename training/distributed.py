@@ -30,8 +30,10 @@ def mpi_ranks(environ):
     try:
         from mpi4py import MPI
     except ImportError as e:
-        raise RuntimeError(f"Launched under MPI ({world} ranks) but mpi4py cannot be imported ({e}); "
-                           f"install it (bash scripts/setup.sh) or run without mpirun.") from None
+        raise RuntimeError(
+            f"Launched under MPI ({world} ranks) but mpi4py cannot be imported ({e}); "
+            f"install it (bash scripts/setup.sh) or run without mpirun."
+        ) from None
     comm = MPI.COMM_WORLD
     local = int(environ.get("OMPI_COMM_WORLD_LOCAL_SIZE") or environ.get("MPI_LOCALNRANKS") or 1)
     return comm, comm.Get_rank(), comm.Get_size(), local
@@ -57,8 +59,10 @@ def _backend(use_horovod: bool):
     try:
         import horovod.tensorflow as hvd
     except ImportError as err:
-        raise RuntimeError("Horovod is not installed in this environment; run "
-                           "`bash scripts/setup.sh` (or train with one process).") from err
+        raise RuntimeError(
+            "Horovod is not installed in this environment; run "
+            "`bash scripts/setup.sh` (or train with one process)."
+        ) from err
     hvd.init()
     _pin_gpu(hvd.local_rank())
     return hvd
@@ -68,6 +72,7 @@ def _pin_gpu(local_rank: int) -> None:
     """Gives each process on a node one GPU: its local rank's. Without this every rank would
     claim GPU 0 and NCCL refuses two ranks on one device."""
     import tensorflow as tf
+
     gpus = tf.config.list_physical_devices("GPU")
     if gpus:
         tf.config.set_visible_devices(gpus[local_rank % len(gpus)], "GPU")
@@ -117,12 +122,14 @@ class Distributed:
         if self.size == 1:
             return value
         import tensorflow as tf
+
         return self._hvd.broadcast(tf.convert_to_tensor(value), root_rank, name="broadcast_value").numpy()
 
     def barrier(self) -> None:
         """Returns once every worker has called it (a tiny allreduce)."""
         if self.size > 1:
             import tensorflow as tf
+
             self._hvd.allreduce(tf.zeros([1]), op=self._hvd.Sum, name="barrier")
 
     def broadcast_variables(self, variables, root_rank: int = 0) -> None:
@@ -130,6 +137,7 @@ class Distributed:
         if self.size == 1:
             return
         import tensorflow as tf
+
         for i, variable in enumerate(variables):
             value = tf.convert_to_tensor(variable)
             variable.assign(self._hvd.broadcast(value, root_rank, name=f"broadcast_{i}"))

@@ -49,8 +49,7 @@ class Objective:
 
     def summarize(self, totals: Mapping[str, float]) -> dict:
         """{"loss", each term (normalised), each extra metric} from global totals."""
-        values = {term: _ratio(totals[term], totals[denominator])
-                  for term, denominator in self.terms.items()}
+        values = {term: _ratio(totals[term], totals[denominator]) for term, denominator in self.terms.items()}
         return {"loss": sum(values.values()), **values, **self.metrics(totals)}
 
 

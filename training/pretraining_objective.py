@@ -17,8 +17,12 @@ class PretrainingObjective(Objective):
 
     terms = {"mlm_loss": "masked_tokens", "nsp_loss": "sequences"}
     # Google's names in eval_results.json.
-    result_names = {"mlm_accuracy": "masked_lm_accuracy", "mlm_loss": "masked_lm_loss",
-                    "nsp_accuracy": "next_sentence_accuracy", "nsp_loss": "next_sentence_loss"}
+    result_names = {
+        "mlm_accuracy": "masked_lm_accuracy",
+        "mlm_loss": "masked_lm_loss",
+        "nsp_accuracy": "next_sentence_accuracy",
+        "nsp_loss": "next_sentence_loss",
+    }
 
     def denominators(self, features):
         return {
@@ -28,8 +32,8 @@ class PretrainingObjective(Objective):
 
     def __call__(self, outputs, features):
         losses = pretraining_losses(outputs, features)
-        predictions = tf.argmax(outputs["mlm_logits"], axis=-1, output_type=tf.int32)     # [B, P]
-        weights = tf.cast(features["masked_lm_weights"], tf.float32)                        # [B, P]
+        predictions = tf.argmax(outputs["mlm_logits"], axis=-1, output_type=tf.int32)  # [B, P]
+        weights = tf.cast(features["masked_lm_weights"], tf.float32)  # [B, P]
         hits = tf.cast(tf.equal(predictions, tf.cast(features["masked_lm_ids"], tf.int32)), tf.float32)
         nsp_predictions = tf.argmax(outputs["nsp_logits"], axis=-1, output_type=tf.int32)  # [B]
         nsp_labels = tf.cast(tf.reshape(features["next_sentence_labels"], [-1]), tf.int32)  # [B]
@@ -42,6 +46,8 @@ class PretrainingObjective(Objective):
 
     def metrics(self, totals):
         return {
-            "mlm_accuracy": totals["mlm_correct"] / totals["masked_tokens"] if totals["masked_tokens"] else 0.0,
+            "mlm_accuracy": totals["mlm_correct"] / totals["masked_tokens"]
+            if totals["masked_tokens"]
+            else 0.0,
             "nsp_accuracy": totals["nsp_correct"] / totals["sequences"] if totals["sequences"] else 0.0,
         }

@@ -45,9 +45,18 @@ class TrainStep:
     float16 wire format holds true gradient values, not values 2^15 times larger.
     """
 
-    def __init__(self, model, optimizer, objective: Objective, *, accumulation_steps: int = 1,
-                 distributed: Distributed | None = None, jit_compile: bool = True,
-                 loss_scale: DynamicLossScale | None = None, fp16_compression: bool | None = None):
+    def __init__(
+        self,
+        model,
+        optimizer,
+        objective: Objective,
+        *,
+        accumulation_steps: int = 1,
+        distributed: Distributed | None = None,
+        jit_compile: bool = True,
+        loss_scale: DynamicLossScale | None = None,
+        fp16_compression: bool | None = None,
+    ):
         if accumulation_steps < 1:
             raise ValueError(f"accumulation_steps must be >= 1 (got {accumulation_steps}).")
         self.model = model
@@ -68,7 +77,8 @@ class TrainStep:
         # Horovod's allreduce is not an XLA op (its XLA kernels do not build against TF 2.21), so
         # the cross-worker sums run in their own, uncompiled graph between the XLA parts.
         self._sum_gradients = tf.function(
-            lambda tensors: self.distributed.sum(tensors, compression_fp16=self.fp16_compression))
+            lambda tensors: self.distributed.sum(tensors, compression_fp16=self.fp16_compression)
+        )
         self._sum_scalars = tf.function(lambda vector: self.distributed.sum([vector])[0])
         self._evaluate = tf.function(self._evaluate_batch, jit_compile=jit_compile)
         self.broadcast()
@@ -82,8 +92,12 @@ class TrainStep:
         return totals
 
     def _loss(self, sums, denominators):
-        return tf.add_n([tf.math.divide_no_nan(sums[term], denominators[denominator])
-                         for term, denominator in self.objective.terms.items()])
+        return tf.add_n(
+            [
+                tf.math.divide_no_nan(sums[term], denominators[denominator])
+                for term, denominator in self.objective.terms.items()
+            ]
+        )
 
     def _compute_and_accumulate(self, features, denominators):
         with tf.GradientTape() as tape:
@@ -123,8 +137,10 @@ class TrainStep:
         """
         batches = list(itertools.islice(iter(micro_batches), self.accumulation_steps))
         if len(batches) != self.accumulation_steps:
-            raise ValueError(f"the input ran out after {len(batches)} of {self.accumulation_steps} "
-                             "micro-batches of an update.")
+            raise ValueError(
+                f"the input ran out after {len(batches)} of {self.accumulation_steps} "
+                "micro-batches of an update."
+            )
         denominators = self._denominators(batches)
         if self.distributed.size > 1:
             denominators = self._sum_named(denominators)
@@ -139,9 +155,12 @@ class TrainStep:
         applied = bool(self._update(gradients, totals))
         names = sorted(totals)
         values = tf.stack([totals[name] for name in names]).numpy()
-        return {**self.objective.summarize(dict(zip(names, values.tolist()))), "applied": applied,
-                "loss_scale": float(self.loss_scale.scale.numpy()),
-                "loss_scale_enabled": self.loss_scale.enabled}
+        return {
+            **self.objective.summarize(dict(zip(names, values.tolist()))),
+            "applied": applied,
+            "loss_scale": float(self.loss_scale.scale.numpy()),
+            "loss_scale_enabled": self.loss_scale.enabled,
+        }
 
     def _sum_named(self, values: dict) -> dict:
         """Sums a dict of float32 scalars across workers in one allreduce (never compressed)."""

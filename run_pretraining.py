@@ -1,0 +1,170 @@
+r"""BERT pretraining (masked LM + next sentence prediction) on TFRecords, one process per worker.
+
+    python run_pretraining.py --bert_config_file=configs/bert_base.json --vocab_file=vocab.txt \
+        --input_files='data/phase1/training/*' --output_dir=results/phase_1 \
+        --max_seq_length=128 --max_predictions_per_seq=20 --train_batch_size=64 \
+        --num_accumulation_steps=128 --learning_rate=7.5e-4 --num_train_steps=7038 \
+        --num_warmup_steps=2000 --optimizer_type=lamb --precision=fp16 --use_xla
+
+    horovodrun -np 8 python run_pretraining.py ...      # Horovod turns itself on under a launcher
+
+--train_batch_size is per worker and per micro-batch: one update sees train_batch_size x
+num_accumulation_steps x workers sequences. --learning_rate is per worker: the peak is it times
+the worker count. Steps, warmup and checkpoint intervals count applied updates. Re-running the
+same command with the same --output_dir continues from its latest checkpoint and ends with the
+weights an uninterrupted run ends with. NVIDIA's TF1 names --horovod, --amp, --input_files_dir and
+--eval_files_dir are accepted.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from common import cli
+from common.errors import UserError
+
+PROG = "run_pretraining"
+
+
+def define_flags(fv) -> None:
+    from absl import flags
+
+    from training.precision import PRECISIONS
+    from training.pretraining_job import OPTIMIZER_TYPES, PretrainingSettings
+
+    d = {f.name: f.default for f in PretrainingSettings.__dataclass_fields__.values()}
+
+    def string(name, help_text, default=None):
+        flags.DEFINE_string(name, default, help_text, flag_values=fv)
+
+    def integer(name, help_text):
+        flags.DEFINE_integer(name, d[name], help_text, flag_values=fv)
+
+    def boolean(name, help_text, default=None):
+        flags.DEFINE_bool(name, d[name] if default is None else default, help_text, flag_values=fv)
+
+    string("bert_config_file", "bert_config.json (or a Hugging Face config.json) of the model.")
+    string("vocab_file", "vocab.txt; its size is checked against the config's vocab_size.")
+    string("input_files", "Training TFRecords: comma-separated files or globs.")
+    string("eval_files", "Evaluation TFRecords: comma-separated files or globs.")
+    string("input_files_dir", "NVIDIA's name: a directory whose files are the training TFRecords.")
+    string("eval_files_dir", "NVIDIA's name: a directory whose files are the evaluation TFRecords.")
+    string(
+        "output_dir",
+        "Checkpoints, log.jsonl, TensorBoard events, resolved_config.json, "
+        "eval_results.json. A run continues from the latest checkpoint here.",
+    )
+    string(
+        "init_checkpoint",
+        "Starting weights for a new run (Google TF1, this trainer's output "
+        "directory or checkpoint, or Hugging Face), MLM and NSP heads included; "
+        "ignored when output_dir already holds a checkpoint.",
+    )
+    integer("max_seq_length", "Tokens per sequence; must match the TFRecords.")
+    integer("max_predictions_per_seq", "Masked positions per sequence; must match the TFRecords.")
+    integer("train_batch_size", "Sequences per worker per micro-batch.")
+    integer("eval_batch_size", "Sequences per evaluation batch.")
+    flags.DEFINE_float(
+        "learning_rate",
+        d["learning_rate"],
+        "Peak learning rate PER WORKER; the effective peak is this times the number of workers.",
+        flag_values=fv,
+    )
+    integer("num_train_steps", "Applied updates to train for (skipped fp16 updates do not count).")
+    integer(
+        "num_warmup_steps",
+        "Updates of linear warmup; then polynomial decay to 0 "
+        "(power 0.5 for LAMB, 1 for Adam), counted from update 0.",
+    )
+    integer("num_accumulation_steps", "Micro-batches per update (gradient accumulation).")
+    integer("save_checkpoints_steps", "Write a checkpoint every this many updates (and at the end).")
+    integer("keep_checkpoints", "How many of the newest checkpoints to keep.")
+    flags.DEFINE_enum(
+        "optimizer_type",
+        d["optimizer_type"],
+        list(OPTIMIZER_TYPES),
+        "LAMB (pretraining), AdamW, or Google's AdamWeightDecay.",
+        flag_values=fv,
+    )
+    flags.DEFINE_enum(
+        "precision",
+        None,
+        list(PRECISIONS),
+        f"fp32 (TF32 off), tf32, fp16 (loss scaling, fp16 allreduce) or bf16; default "
+        f"{d['precision']}, or fp16 with --amp.",
+        flag_values=fv,
+    )
+    flags.DEFINE_bool("amp", False, "NVIDIA's name for --precision=fp16.", flag_values=fv)
+    boolean("use_xla", "Compile the train step with XLA.")
+    flags.DEFINE_bool(
+        "use_horovod",
+        None,
+        "Average across Horovod workers; default: on when started "
+        "by horovodrun/mpirun/srun with more than one rank.",
+        flag_values=fv,
+    )
+    flags.DEFINE_alias("horovod", "use_horovod", flag_values=fv)
+    boolean("do_train", "Train.")
+    boolean("do_eval", "Evaluate on --eval_files at the end (rank 0): eval_results.json.")
+    flags.DEFINE_integer("max_eval_steps", d["max_eval_steps"], "Evaluation batches at most.", flag_values=fv)
+    integer("seed", "Seed of initialisation, dropout and input shuffling.")
+    integer("log_every_n_steps", "Log and print every this many updates.")
+    boolean(
+        "deterministic",
+        "TF op determinism: an interrupted and resumed run ends bit-identical "
+        "to an uninterrupted one (turn off for speed on GPUs).",
+    )
+    integer("shuffle_buffer", "Examples in each worker's shuffle buffer.")
+
+
+def _files(flag_values, name: str) -> str | None:
+    """--input_files, or NVIDIA's --input_files_dir (every file in the directory); not both."""
+    files, directory = flag_values[name].value, flag_values[f"{name}_dir"].value
+    if files and directory:
+        raise UserError(f"Give --{name} or --{name}_dir, not both.")
+    if directory:
+        if not os.path.isdir(directory):
+            raise UserError(f"--{name}_dir {directory!r} is not a directory.")
+        return os.path.join(directory, "*")
+    return files
+
+
+def settings_from_flags(F):
+    from training.distributed import launched_ranks
+    from training.pretraining_job import PretrainingSettings
+
+    precision = F.precision
+    if F.amp:
+        if precision not in (None, "fp16"):
+            raise UserError(f"--amp means --precision=fp16, but --precision={precision} was given.")
+        precision = "fp16"
+    use_horovod = F.use_horovod
+    if use_horovod is None:
+        use_horovod = launched_ranks(os.environ) > 1
+    fields = PretrainingSettings.__dataclass_fields__
+    values = {name: F[name].value for name in fields if name in F}
+    values.update(
+        input_files=_files(F, "input_files"),
+        eval_files=_files(F, "eval_files"),
+        precision=precision or fields["precision"].default,
+        use_horovod=use_horovod,
+    )
+    return PretrainingSettings(**values)
+
+
+def run(F) -> int:
+    from training.pretraining_job import run as run_job
+
+    run_job(settings_from_flags(F))
+    return 0
+
+
+def main(argv=None) -> int:
+    return cli.main(
+        define_flags, run, [PROG, *(sys.argv[1:] if argv is None else argv)], doc=__doc__, prog=PROG
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,193 @@
+"""training/loop.py, checkpointing.py, metrics_log.py: stop conditions, checkpoint layout and
+rotation, exact restore of every piece of state, the log's keys and resume truncation."""
+
+import dataclasses
+import json
+import os
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from bert.pretraining import BertPretrainer
+from common.errors import UserError
+from conftest import random_batch
+from training import loop
+from training.checkpointing import Checkpointer, dropout_seed_variables, latest_checkpoint
+from training.metrics_log import MetricsLog, read_log
+from training.train_step import PretrainingStep
+
+LOG_KEYS = {
+    "step",
+    "loss",
+    "mlm_loss",
+    "nsp_loss",
+    "mlm_accuracy",
+    "learning_rate",
+    "loss_scale",
+    "sequences_per_second",
+    "skipped",
+}
+
+
+def _step(config, learning_rate=0.01, accumulation=1):
+    keras.utils.set_random_seed(5)
+    model = BertPretrainer(config)
+    schedule = keras.optimizers.schedules.PolynomialDecay(learning_rate, 100, 0.0)
+    from optimization import create_optimizer
+
+    return PretrainingStep(
+        model, create_optimizer("lamb", schedule), accumulation_steps=accumulation, jit_compile=False
+    )
+
+
+def _batches(config, n, nan_at=None):
+    out = []
+    for i in range(n):
+        b = random_batch(config, batch=2, seq=16, seed=i)
+        if i == nan_at:
+            b["masked_lm_weights"] = b["masked_lm_weights"].copy()
+            b["masked_lm_weights"][0, 0] = np.nan
+        out.append(b)
+    return out
+
+
+def _log(tmp_path, total, start=0, every=1):
+    return MetricsLog(
+        str(tmp_path),
+        total_steps=total,
+        start_step=start,
+        sequences_per_update=2,
+        log_every=every,
+        stream=open(os.devnull, "w"),
+    )
+
+
+def _checkpoint_arrays(prefix):
+    reader = tf.train.load_checkpoint(prefix)
+    return {n: reader.get_tensor(n) for n in reader.get_variable_to_shape_map()}
+
+
+def test_a_nan_loss_in_fp32_stops_naming_the_step_and_the_last_good_checkpoint(tmp_path, tiny_config):
+    step = _step(tiny_config)
+    checkpointer = Checkpointer(str(tmp_path), step, keep=5)
+    with pytest.raises(
+        loop.TrainingDivergedError, match=r"not finite at step 3 .*last good checkpoint is .*ckpt-2"
+    ):
+        loop.train(
+            step,
+            iter(_batches(tiny_config, 5, nan_at=2)),
+            checkpointer,
+            _log(tmp_path, 5),
+            num_train_steps=5,
+            save_checkpoints_steps=1,
+        )
+    assert latest_checkpoint(str(tmp_path)).endswith("ckpt-2")
+    assert not os.path.exists(tmp_path / "ckpt-3.index")
+    # The NaN update was never applied: the weights in memory are still those of ckpt-2.
+    saved = _checkpoint_arrays(str(tmp_path / "ckpt-2"))
+    names = checkpointer.variables
+    assert all(np.array_equal(saved[n], v.numpy()) for n, v in names.items())
+    assert int(step.optimizer.iterations) == 2
+    assert [e["step"] for e in read_log(str(tmp_path / "log.jsonl"))] == [1, 2]
+
+
+def test_checkpoints_rotate_are_committed_last_and_leftovers_are_cleared(tmp_path, tiny_config):
+    step = _step(tiny_config)
+    checkpointer = Checkpointer(str(tmp_path), step, keep=2)
+    loop.train(
+        step,
+        iter(_batches(tiny_config, 5)),
+        checkpointer,
+        _log(tmp_path, 5, every=2),
+        num_train_steps=5,
+        save_checkpoints_steps=2,
+    )
+    # Saved at 2, 4 and the last step 5; the newest two are kept, with their worker states.
+    assert tf.train.latest_checkpoint(str(tmp_path)).endswith("ckpt-5")
+    assert sorted(os.listdir(tmp_path / "worker_state")) == ["ckpt-4-rank-0-of-1", "ckpt-5-rank-0-of-1"]
+    assert not list(tmp_path.glob("ckpt-2.*"))
+    state = tf.train.get_checkpoint_state(str(tmp_path))
+    assert [os.path.basename(p) for p in state.all_model_checkpoint_paths] == ["ckpt-4", "ckpt-5"]
+    # Logged every 2 steps and at the last.
+    assert [e["step"] for e in read_log(str(tmp_path / "log.jsonl"))] == [2, 4, 5]
+    assert set(read_log(str(tmp_path / "log.jsonl"))[0]) >= LOG_KEYS
+    # A save killed before its commit (files of ckpt-6, no index entry) and a killed temporary.
+    for name in ("ckpt-6.index", "ckpt-6.data-00000-of-00001", ".ckpt-7.tmp-123"):
+        (tmp_path / name).write_text("partial")
+    (tmp_path / "worker_state" / "ckpt-6-rank-0-of-1").mkdir()
+    checkpointer.remove_leftovers()
+    assert not list(tmp_path.glob("ckpt-6*")) and not list(tmp_path.glob(".ckpt-7*"))
+    assert sorted(os.listdir(tmp_path / "worker_state")) == ["ckpt-4-rank-0-of-1", "ckpt-5-rank-0-of-1"]
+    assert latest_checkpoint(str(tmp_path)).endswith("ckpt-5")
+
+
+def test_restore_brings_back_every_piece_of_state(tmp_path, tiny_config):
+    """Weights, slots, iterations, loss scale, dropout seeds and the input position."""
+    data = tf.data.Dataset.from_tensor_slices(
+        {k: np.concatenate([b[k] for b in _batches(tiny_config, 8)]) for k in random_batch(tiny_config)}
+    )
+    data = data.shuffle(16, seed=1).repeat().batch(2)
+    step = _step(tiny_config, accumulation=2)
+    iterator = iter(data)
+    checkpointer = Checkpointer(str(tmp_path), step, iterator)
+    step(iterator)
+    step(iterator)
+    checkpointer.save(2)
+    seeds = {n: v.numpy().copy() for n, v in dropout_seed_variables(step.model).items()}
+    assert seeds and all(v[1] > 0 for v in seeds.values())  # dropout ran, the counters moved
+    expected = {n: v.numpy().copy() for n, v in checkpointer.variables.items()}
+    next_batch = next(iterator)["input_ids"].numpy()
+    step(iterator)  # move everything on, then restore
+    step.loss_scale.scale.assign(3.0)
+    assert checkpointer.restore(str(tmp_path / "ckpt-2")) == 2
+    assert all(np.array_equal(expected[n], v.numpy()) for n, v in checkpointer.variables.items())
+    assert all(np.array_equal(seeds[n], v.numpy()) for n, v in dropout_seed_variables(step.model).items())
+    np.testing.assert_array_equal(next(iterator)["input_ids"].numpy(), next_batch)
+    assert int(step.optimizer.iterations) == 2 and float(step.loss_scale.scale) == 1.0
+    # Accumulator sums are not saved: they are zero between updates.
+    names = set(_checkpoint_arrays(str(tmp_path / "ckpt-2")))
+    assert not any("accumulat" in n for n in names)
+    assert {
+        "global_step",
+        "training_state/num_workers",
+        "bert/pooler/dense/kernel/adam_m",
+        "cls/predictions/output_bias/adam_v",
+    } <= names
+
+
+@dataclasses.dataclass
+class _TwoWorkers:
+    """Rank 0 of a 2-worker run, without Horovod (only what Checkpointer asks)."""
+
+    rank: int = 0
+    size: int = 2
+    is_chief: bool = True
+
+    def barrier(self):
+        pass
+
+
+def test_a_changed_worker_count_is_refused(tmp_path, tiny_config):
+    step = _step(tiny_config)
+    Checkpointer(str(tmp_path), step, distributed=_TwoWorkers()).save(1)
+    with pytest.raises(UserError, match=r"written by 2 worker\(s\) but this run has 1"):
+        Checkpointer(str(tmp_path), step).restore(latest_checkpoint(str(tmp_path)))
+
+
+def test_a_resumed_log_drops_what_the_interrupted_run_logged_past_its_checkpoint(tmp_path):
+    path = tmp_path / "log.jsonl"
+    path.write_text(
+        "".join(json.dumps({"step": s, "loss": 1.0}) + "\n" for s in range(1, 6)) + '{"step": 6, "lo'
+    )
+    log = _log(tmp_path, total=8, start=3)
+    metrics = {"loss": 2.0, "mlm_loss": 1.5, "nsp_loss": 0.5, "mlm_accuracy": 0.25, "loss_scale": 1.0}
+    for step in (4, 5, 6):
+        log.record(step, metrics, seconds=0.5 if step > 4 else 10.0, learning_rate=1e-3, skipped=0)
+    log.close()
+    entries = read_log(str(path))
+    assert [e["step"] for e in entries] == [1, 2, 3, 4, 5, 6]
+    assert entries[-1]["loss"] == 2.0 and set(entries[-1]) >= LOG_KEYS
+    # Throughput leaves out the process's first (compiling) update: 2 updates x 2 sequences / 1 s.
+    assert log.throughput() == pytest.approx(4.0)

@@ -1,0 +1,135 @@
+"""The project's one training loop: updates until the step count, checkpoints, logs, stops.
+
+    step = TrainStep(model, optimizer, objective, ...)      # the task's objective plugs in here
+    checkpointer = Checkpointer(output_dir, step, iterator, keep=..., distributed=...)
+    start = resume(checkpointer, step)                      # 0, or the latest checkpoint's step
+    log = MetricsLog(output_dir, total_steps=..., start_step=start, ...)
+    train(step, iterator, checkpointer, log, num_train_steps=..., save_checkpoints_steps=...)
+    results = evaluate(step, batches, output_dir=..., global_step=...)
+
+Steps count applied updates (optimizer.iterations): a skipped fp16 update is retried on the next
+micro-batches and counts nothing. A checkpoint is written every `save_checkpoints_steps` and at
+the last step. An update whose loss or gradients are not finite stops the run when the loss is
+not scaled (fp32, bf16), and in fp16 when even a loss scale of 1 overflows: the update was not
+applied and nothing is saved, so the last checkpoint holds the last good weights.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from common.errors import UserError
+from common.files import write_json
+
+EVAL_RESULTS_NAME = "eval_results.json"
+
+
+class TrainingDivergedError(UserError):
+    """The loss or the gradients are no longer finite; the message names the step and the last
+    good checkpoint."""
+
+
+def resume(checkpointer, step) -> int:
+    """Restores the latest checkpoint of the output directory (if any), re-broadcasts rank 0's
+    state, and returns the step to continue from (0 for a fresh run)."""
+    from training.checkpointing import checkpoint_step
+
+    latest = checkpointer.latest()
+    mine = checkpoint_step(latest) if latest else 0
+    distributed = checkpointer.distributed
+    chief = int(distributed.broadcast_value(mine))
+    if mine != chief:
+        raise UserError(
+            f"Worker {distributed.rank} finds the checkpoint of step {mine} in "
+            f"{checkpointer.output_dir} but worker 0 finds step {chief}: every worker must "
+            "see the same --output_dir (a shared file system)."
+        )
+    if latest is None:
+        return 0
+    start = checkpointer.restore(latest)
+    step.broadcast()
+    return start
+
+
+def _learning_rate(optimizer) -> float:
+    # Read before the update: optimizer.iterations is still the count the update's rate is read at.
+    return float(optimizer.learning_rate)
+
+
+def _diverged(checkpointer, at_step: int, metrics: dict, why: str) -> TrainingDivergedError:
+    latest = checkpointer.latest()
+    good = f"the last good checkpoint is {latest}" if latest else "no checkpoint was written yet"
+    return TrainingDivergedError(
+        f"{why} at step {at_step} (loss {metrics['loss']}); the update was not applied and {good}: "
+        "lower --learning_rate or raise --num_warmup_steps, then re-run from there."
+    )
+
+
+def train(
+    step, micro_batches, checkpointer, log, *, num_train_steps: int, save_checkpoints_steps: int
+) -> dict | None:
+    """Runs updates from optimizer.iterations to `num_train_steps`; returns the last metrics
+    (None when there was nothing left to do).
+
+    micro_batches: an iterator of feature dicts (this worker's input; its position is what the
+    checkpointer saves). Every worker runs this function; only rank 0 writes the checkpoint
+    files and the log (`log` is disabled elsewhere).
+    """
+    if save_checkpoints_steps < 1:
+        raise ValueError(f"save_checkpoints_steps must be >= 1 (got {save_checkpoints_steps}).")
+    optimizer = step.optimizer
+    current = int(optimizer.iterations)
+    metrics = None
+    scale_before = float(step.loss_scale.scale.numpy())
+    try:
+        while current < num_train_steps:
+            learning_rate = _learning_rate(optimizer)
+            started = time.perf_counter()
+            metrics = step(micro_batches)
+            seconds = time.perf_counter() - started
+            if not metrics["applied"]:
+                if not metrics["loss_scale_enabled"]:
+                    raise _diverged(checkpointer, current + 1, metrics, "The loss is not finite")
+                if scale_before <= 1.0:
+                    raise _diverged(
+                        checkpointer,
+                        current + 1,
+                        metrics,
+                        "The float16 gradients overflow even with a loss scale of 1",
+                    )
+                scale_before = metrics["loss_scale"]
+                continue
+            scale_before = metrics["loss_scale"]
+            current += 1
+            log.record(
+                current, metrics, seconds, learning_rate, skipped=int(step.loss_scale.skipped_steps.numpy())
+            )
+            if current % save_checkpoints_steps == 0 or current == num_train_steps:
+                checkpointer.save(current)
+    finally:
+        log.close()
+    return metrics
+
+
+def evaluate(
+    step,
+    batches,
+    *,
+    max_batches: int | None = None,
+    output_dir: str | None = None,
+    global_step: int = 0,
+    log=None,
+) -> dict:
+    """The objective's metrics over `batches` (at most `max_batches`), under the objective's
+    result names (Google's for pretraining), with global_step; written to
+    <output_dir>/eval_results.json when output_dir is given. Runs on the calling worker alone."""
+    results = step.evaluate(iter(batches), max_batches=max_batches)
+    names = step.objective.result_names
+    named = {names.get(k, k): v for k, v in results.items()}
+    named["global_step"] = global_step
+    if output_dir is not None:
+        write_json(os.path.join(output_dir, EVAL_RESULTS_NAME), named)
+    if log is not None:
+        log.record_eval(global_step, named)
+    return named
