@@ -11,7 +11,7 @@ sys.path.insert(0, ROOT)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from bert.config import BertConfig  # noqa: E402
+from tiny_pretraining import tiny_bert_config  # noqa: E402
 
 # Real English sentences (some as pairs) for parity checks: varied length, punctuation,
 # numbers, casing and an accent, so padding and the attention mask are exercised.
@@ -49,14 +49,7 @@ def minilm_dir():
 
 @pytest.fixture(scope="session")
 def tiny_config():
-    return BertConfig(
-        vocab_size=99,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-        max_position_embeddings=64,
-    )
+    return tiny_bert_config()
 
 
 def random_batch(config, batch=2, seq=16, predictions=4, seed=0):

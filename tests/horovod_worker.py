@@ -8,22 +8,15 @@ import numpy as np
 import tensorflow as tf
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from bert.config import BertConfig  # noqa: E402
 from bert.pretraining import BertPretrainer, pretraining_losses  # noqa: E402
 from tests.conftest import random_batch  # noqa: E402
+from tests.tiny_pretraining import tiny_bert_config  # noqa: E402
 from training.distributed import Distributed  # noqa: E402
 
 
 def main(output):
     dist = Distributed(use_horovod=True)
-    config = BertConfig(
-        vocab_size=99,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-        max_position_embeddings=64,
-    )
+    config = tiny_bert_config()
     keras_seed = 1000 + dist.rank  # different initial weights per worker: broadcast must fix that
     tf.keras.utils.set_random_seed(keras_seed) if hasattr(tf, "keras") else None
     import keras

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from bert.config import BertConfig
 from bert.pretraining import BertPretrainer, pretraining_losses
 from conftest import ROOT, random_batch
+from tiny_pretraining import tiny_bert_config
 
 pytestmark = pytest.mark.slow
 BIN = os.path.dirname(sys.executable)
@@ -55,14 +55,7 @@ def _launch(controller, output):
 
 
 def _single_worker_gradients(weights):
-    config = BertConfig(
-        vocab_size=99,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-        max_position_embeddings=64,
-    )
+    config = tiny_bert_config()
     model = BertPretrainer(config)
     for i, variable in enumerate(model.trainable_variables):
         variable.assign(weights[f"w{i}"])
@@ -96,16 +89,7 @@ def _unequal_mask_batch(config):
 
 
 def _tiny_no_dropout():
-    return BertConfig(
-        vocab_size=99,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-        max_position_embeddings=64,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-    )
+    return tiny_bert_config(dropout=False)
 
 
 def _one_update(micro_batches, rank=0, distributed=None):

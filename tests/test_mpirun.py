@@ -32,19 +32,10 @@ pytestmark = pytest.mark.slow
 
 
 def _tiny_config():
-    from bert.config import BertConfig
+    from tiny_pretraining import tiny_bert_config
 
     # Dropout off: the runs being compared must not depend on per-process random streams.
-    return BertConfig(
-        vocab_size=99,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-        max_position_embeddings=64,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-    )
+    return tiny_bert_config(dropout=False)
 
 
 def _micro_batches(config, update):

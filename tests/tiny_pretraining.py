@@ -28,6 +28,17 @@ CONFIG = {
 }
 
 
+def tiny_bert_config(dropout: bool = True):
+    """The tests' tiny BertConfig (L2/H32/N4, vocab 99); dropout off where runs in separate
+    processes must not depend on per-process random streams."""
+    from bert.config import BertConfig
+
+    values = dict(CONFIG)
+    if not dropout:
+        values.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    return BertConfig(**values)
+
+
 def example(rng: random.Random, seq=SEQ, predictions=PREDICTIONS, nan_weight=False) -> bytes:
     """One record; nan_weight writes NaN as its first masked_lm_weight (a poisoned record)."""
     length = rng.randrange(8, seq + 1)
