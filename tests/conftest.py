@@ -13,6 +13,23 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from tiny_pretraining import tiny_bert_config  # noqa: E402
 
+BIN = os.path.dirname(sys.executable)
+
+
+def worker_env(**extra) -> dict:
+    """The environment of multi-process test workers (horovodrun, mpirun): this Python's tools
+    first on PATH, the repo importable, and OpenMPI yielding when idle (its busy polling would
+    take CI's two cores from TensorFlow's threads; mpirun forwards OMPI_MCA_*)."""
+    return dict(
+        os.environ,
+        PATH=BIN + os.pathsep + os.environ.get("PATH", ""),
+        TF_CPP_MIN_LOG_LEVEL="2",
+        PYTHONPATH=ROOT,
+        OMPI_MCA_mpi_yield_when_idle="1",
+        **extra,
+    )
+
+
 # Real English sentences (some as pairs) for parity checks: varied length, punctuation,
 # numbers, casing and an accent, so padding and the attention mask are exercised.
 SENTENCES = [

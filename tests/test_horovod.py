@@ -10,24 +10,16 @@ import pytest
 import tensorflow as tf
 
 from bert.pretraining import BertPretrainer, pretraining_losses
-from conftest import ROOT, random_batch
+from conftest import BIN, ROOT, random_batch, worker_env
 from tiny_pretraining import tiny_bert_config
 
 pytestmark = pytest.mark.slow
-BIN = os.path.dirname(sys.executable)
 
 
 def _launch(controller, output):
     """Two local workers through horovodrun (Gloo) or OpenMPI's mpirun."""
     worker = [sys.executable, os.path.join(ROOT, "tests", "horovod_worker.py"), str(output)]
-    # OpenMPI's busy polling would take CI's two cores from TensorFlow: yield when idle.
-    env = dict(
-        os.environ,
-        PATH=BIN + os.pathsep + os.environ.get("PATH", ""),
-        TF_CPP_MIN_LOG_LEVEL="2",
-        PYTHONPATH=ROOT,
-        OMPI_MCA_mpi_yield_when_idle="1",
-    )
+    env = worker_env()
     if controller == "gloo":
         if not os.path.exists(os.path.join(BIN, "horovodrun")):
             pytest.fail("horovodrun is missing: scripts/setup.sh builds Horovod")

@@ -24,8 +24,8 @@ import sys
 import numpy as np
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BIN = os.path.dirname(sys.executable)
+from conftest import BIN, ROOT, worker_env
+
 UPDATES = 2
 MICRO_BATCHES = 4  # per update, over all workers
 pytestmark = pytest.mark.slow
@@ -106,17 +106,8 @@ def _launch(how, workdir):
     """Two local workers of this file through `how`; returns what each rank wrote."""
     prefix = str(workdir / how)
     worker = [sys.executable, os.path.abspath(__file__), prefix]
-    # Two ranks share CI's two cores with TensorFlow's threads: OpenMPI's busy polling would
-    # take the cores from them (3x slower), so MPI yields when idle. mpirun forwards OMPI_MCA_*.
     # CUDA_VISIBLE_DEVICES="": workers never open a GPU (see _train), so none holds GPU memory.
-    env = dict(
-        os.environ,
-        PATH=BIN + os.pathsep + os.environ.get("PATH", ""),
-        TF_CPP_MIN_LOG_LEVEL="2",
-        PYTHONPATH=ROOT,
-        OMPI_MCA_mpi_yield_when_idle="1",
-        CUDA_VISIBLE_DEVICES="",
-    )
+    env = worker_env(CUDA_VISIBLE_DEVICES="")
     as_root = ["--allow-run-as-root"] if os.geteuid() == 0 else []
     if how == "gloo":
         cmd = [os.path.join(BIN, "horovodrun"), "-np", "2", "-H", "localhost:2", "--gloo", *worker]
