@@ -89,6 +89,12 @@ def encoder_variables(encoder) -> dict:
     return names
 
 
+# Google's names for its fine-tuning heads: run_squad's under cls/squad/, run_classifier's at the
+# top level (no scope).
+SPAN_HEAD_PREFIX = "cls/squad/"
+CLASSIFIER_HEAD_NAMES = ("output_weights", "output_bias")
+
+
 def model_variables(model) -> dict:
     """{google_name: variable} for a BertEncoder or any model with .encoder (+ pretraining heads)."""
     encoder = getattr(model, "encoder", model)
@@ -102,7 +108,20 @@ def model_variables(model) -> dict:
     if nsp is not None:
         names["cls/seq_relationship/output_weights"] = nsp.output_weights
         names["cls/seq_relationship/output_bias"] = nsp.output_bias
+    span = getattr(model, "span", None)  # bert.finetuning.BertSpanModel
+    if span is not None:
+        names[SPAN_HEAD_PREFIX + "output_weights"] = span.output_weights
+        names[SPAN_HEAD_PREFIX + "output_bias"] = span.output_bias
+    classifier = getattr(model, "classifier", None)  # bert.finetuning.BertClassifier
+    if classifier is not None:
+        names["output_weights"] = classifier.output_weights
+        names["output_bias"] = classifier.output_bias
     return names
+
+
+def head_variable_names(model) -> list[str]:
+    """The Google names of `model`'s fine-tuning head (span or classifier), [] for none."""
+    return [n for n in model_variables(model) if n.startswith(SPAN_HEAD_PREFIX) or n in CLASSIFIER_HEAD_NAMES]
 
 
 # --- Hugging Face names ----------------------------------------------------------------------
@@ -140,7 +159,15 @@ _NAME_TABLE = (
     ("cls/predictions/output_bias", "cls.predictions.bias", False),
     ("cls/seq_relationship/output_weights", "cls.seq_relationship.weight", False),  # [2, D] in both
     ("cls/seq_relationship/output_bias", "cls.seq_relationship.bias", False),
+    # Fine-tuning heads: BertForQuestionAnswering's qa_outputs, BertForSequenceClassification's
+    # classifier; [C, D] in both, like the NSP head.
+    ("cls/squad/output_weights", "qa_outputs.weight", False),
+    ("cls/squad/output_bias", "qa_outputs.bias", False),
+    ("output_weights", "classifier.weight", False),
+    ("output_bias", "classifier.bias", False),
 )
+# Hugging Face keys of heads: never under the "bert." prefix of the encoder's keys.
+_HF_HEAD_PREFIXES = ("cls.", "qa_outputs.", "classifier.")
 
 
 def _template_pattern(template):
@@ -168,12 +195,12 @@ def google_to_hf(name: str, prefix: str = "") -> tuple[str, bool]:
     if found is None:
         raise KeyError(f"{name} is not a BERT weight name.")
     key, transposed = found
-    return (key if key.startswith("cls.") else prefix + key), transposed
+    return (key if key.startswith(_HF_HEAD_PREFIXES) else prefix + key), transposed
 
 
 def hf_to_google(key: str, prefix: str = "") -> tuple[str, bool] | None:
     """Hugging Face key -> (Google name, transposed), or None for a key that is no BERT weight."""
-    if not key.startswith("cls."):
+    if not key.startswith(_HF_HEAD_PREFIXES):
         if not key.startswith(prefix):
             return None
         key = key[len(prefix) :]
@@ -327,14 +354,19 @@ def _listing(names, limit=12):
 
 
 def assign_weights(
-    model, weights: dict[str, np.ndarray], source: str, ignore_prefixes: tuple[str, ...] = ()
+    model,
+    weights: dict[str, np.ndarray],
+    source: str,
+    ignore_prefixes: tuple[str, ...] = (),
+    keep_initialised: tuple[str, ...] = (),
 ) -> None:
     """Sets every model variable from `weights` or raises CheckpointMismatchError.
 
     ignore_prefixes: checkpoint names that may be present without a home in the model (loading
     an encoder from a checkpoint that also holds pretraining or fine-tuning heads: "cls/").
+    keep_initialised: model names left as they are (a new fine-tuning head).
     """
-    variables = model_variables(model)
+    variables = {n: v for n, v in model_variables(model).items() if n not in keep_initialised}
     missing = set(variables) - set(weights)
     unexpected = {n for n in set(weights) - set(variables) if not n.startswith(ignore_prefixes)}
     misshaped = [
@@ -363,6 +395,30 @@ def load_weights(model, path: str, ignore_prefixes: tuple[str, ...] | None = Non
     if ignore_prefixes is None:
         ignore_prefixes = () if hasattr(model, "masked_lm") else ("cls/",)
     assign_weights(model, read_checkpoint(path), source=os.fspath(path), ignore_prefixes=ignore_prefixes)
+
+
+def load_for_fine_tuning(model, path: str) -> bool:
+    """Loads a fine-tuning model (bert.finetuning) from any supported checkpoint: the encoder
+    strictly, the head too when the checkpoint holds it (a fine-tuned checkpoint: ours, Google's,
+    or Hugging Face's qa_outputs / classifier), else the head keeps its fresh initialisation.
+    Other heads in the checkpoint (pretraining's cls/, another task's) are ignored. Returns
+    whether the head was loaded."""
+    weights = read_checkpoint(path)
+    head = head_variable_names(model)
+    found = [n for n in head if n in weights]
+    if found and len(found) != len(head):
+        raise CheckpointMismatchError(
+            f"{os.fspath(path)} holds only part of the fine-tuning head ({', '.join(found)} but not "
+            f"{', '.join(n for n in head if n not in weights)})."
+        )
+    assign_weights(
+        model,
+        weights,
+        source=os.fspath(path),
+        ignore_prefixes=("cls/", *CLASSIFIER_HEAD_NAMES),
+        keep_initialised=() if found else tuple(head),
+    )
+    return bool(found)
 
 
 def check_vocab_size(config: BertConfig, vocab_size: int, vocab_source: str) -> None:

@@ -75,44 +75,55 @@ class MaskedLMHead(keras.layers.Layer):
         return {**super().get_config(), "config": self.config.to_dict()}
 
 
-@keras.saving.register_keras_serializable(package="bert")
-class NextSentenceHead(keras.layers.Layer):
-    """pooled_output [B, D] -> float32 logits [B, 2]; weights stored [2, D] as in Google's."""
+class _OutputProjection(keras.layers.Layer):
+    """x [..., D] -> float32 logits [..., C] through output_weights [C, D] and output_bias [C]:
+    Google's layout and names for its task heads (NSP, SQuAD, run_classifier), so checkpoints
+    hold them as Google's and Hugging Face's tools expect ([out, in], like a torch Linear)."""
 
-    def __init__(self, config, **kwargs):
-        super().__init__(autocast=False, **kwargs)  # see MaskedLMHead
+    def __init__(self, config, num_outputs: int, **kwargs):
+        # autocast=False: the float32 bias is added to float32 logits; the weights are cast to
+        # the compute dtype explicitly in call (see MaskedLMHead).
+        super().__init__(autocast=False, **kwargs)
         self.config = config = as_bert_config(config)
         init = keras.initializers.TruncatedNormal(stddev=config.initializer_range)
         self.output_weights = self.add_weight(
-            name="output_weights", shape=(2, config.hidden_size), initializer=init
+            name="output_weights", shape=(num_outputs, config.hidden_size), initializer=init
         )
         self.output_bias = self.add_weight(
-            name="output_bias", shape=(2,), initializer="zeros", dtype="float32", autocast=False
+            name="output_bias", shape=(num_outputs,), initializer="zeros", dtype="float32", autocast=False
         )
 
+    def project(self, x):
+        w = ops.cast(self.output_weights, self.compute_dtype)  # [C, D]
+        return ops.cast(ops.matmul(x, ops.transpose(w)), "float32") + self.output_bias
+
+
+@keras.saving.register_keras_serializable(package="bert")
+class NextSentenceHead(_OutputProjection):
+    """pooled_output [B, D] -> float32 logits [B, 2]; weights stored [2, D] as in Google's."""
+
+    def __init__(self, config, **kwargs):
+        super().__init__(config, 2, **kwargs)
+
     def call(self, pooled_output):
-        w = ops.cast(self.output_weights, self.compute_dtype)
-        logits = ops.matmul(pooled_output, ops.transpose(w))  # [B, 2]
-        return ops.cast(logits, "float32") + self.output_bias
+        return self.project(pooled_output)  # [B, 2]
 
     def get_config(self):
         return {**super().get_config(), "config": self.config.to_dict()}
 
 
 @keras.saving.register_keras_serializable(package="bert")
-class SpanHead(keras.layers.Layer):
-    """SQuAD head: sequence_output [B, S, D] -> float32 start_logits, end_logits [B, S]."""
+class SpanHead(_OutputProjection):
+    """SQuAD head: sequence_output [B, S, D] -> float32 start_logits, end_logits [B, S].
+
+    Stored as Google's run_squad stores it: cls/squad/output_weights [2, D] and output_bias [2]
+    (Hugging Face: qa_outputs.weight / .bias)."""
 
     def __init__(self, config, **kwargs):
-        super().__init__(**kwargs)
-        self.config = as_bert_config(config)
-        self.dense = dense(2, self.config, "dense", self.dtype_policy)
-
-    def build(self, input_shape):
-        self.dense.build((None, None, self.config.hidden_size))
+        super().__init__(config, 2, **kwargs)
 
     def call(self, sequence_output):
-        logits = ops.cast(self.dense(sequence_output), "float32")  # [B, S, 2]
+        logits = self.project(sequence_output)  # [B, S, 2]
         return {"start_logits": logits[:, :, 0], "end_logits": logits[:, :, 1]}
 
     def get_config(self):
@@ -120,23 +131,22 @@ class SpanHead(keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package="bert")
-class ClassifierHead(keras.layers.Layer):
-    """GLUE head: pooled_output [B, D] -> dropout -> float32 logits [B, num_classes]."""
+class ClassifierHead(_OutputProjection):
+    """GLUE head: pooled_output [B, D] -> dropout -> float32 logits [B, num_classes] (one
+    column, a score, for a regression task such as STS-B).
+
+    Stored as Google's run_classifier stores it: output_weights [num_classes, D] and output_bias
+    (Hugging Face: classifier.weight / .bias)."""
 
     def __init__(self, config, num_classes: int, **kwargs):
-        super().__init__(**kwargs)
-        self.config = config = as_bert_config(config)
+        super().__init__(config, num_classes, **kwargs)
         self.num_classes = num_classes
         self.dropout = keras.layers.Dropout(
-            config.hidden_dropout_prob, name="dropout", dtype=self.dtype_policy
+            self.config.hidden_dropout_prob, name="dropout", dtype=self.dtype_policy
         )
-        self.dense = dense(num_classes, config, "dense", self.dtype_policy)
-
-    def build(self, input_shape):
-        self.dense.build((None, self.config.hidden_size))
 
     def call(self, pooled_output, training=False):
-        return ops.cast(self.dense(self.dropout(pooled_output, training=training)), "float32")
+        return self.project(self.dropout(pooled_output, training=training))
 
     def get_config(self):
         return {**super().get_config(), "config": self.config.to_dict(), "num_classes": self.num_classes}

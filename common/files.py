@@ -43,12 +43,14 @@ def fsync_directory(directory: str) -> None:
 
 
 def commit(temporary: str, final: str) -> None:
-    """fsyncs `temporary` (a file or a directory of files) and renames it to `final`."""
+    """fsyncs `temporary` (a file, or a directory tree) and renames it to `final`."""
     if os.path.isdir(temporary):
-        for name in os.listdir(temporary):
-            with open(os.path.join(temporary, name), "rb") as f:
-                os.fsync(f.fileno())
-        fsync_directory(temporary)
+        # Every file and folder of the tree (a SavedModel nests variables/ and assets/).
+        for folder, _, names in os.walk(temporary, topdown=False):
+            for name in names:
+                with open(os.path.join(folder, name), "rb") as f:
+                    os.fsync(f.fileno())
+            fsync_directory(folder)
         if os.path.isdir(final):
             # os.replace cannot replace a non-empty directory; move the old one aside first.
             old = temporary_name(final) + ".old"

@@ -31,7 +31,7 @@ import shutil
 import numpy as np
 import tensorflow as tf
 
-from bert.checkpoints import model_variables, write_tf_checkpoint
+from bert.checkpoints import BERT_CONFIG_NAME, model_variables, write_tf_checkpoint
 from common.errors import UserError
 from common.files import atomic_path, remove_stale_temporaries, write_text
 from training.distributed import Distributed
@@ -259,3 +259,14 @@ class Checkpointer:
             )
         self._worker_checkpoint.read(os.path.join(state_dir, "state")).assert_consumed()
         return step
+
+
+def write_model_files(config, vocab_file: str | None, output_dir: str) -> None:
+    """bert_config.json and vocab.txt beside the checkpoints: the directory then loads as a
+    checkpoint on its own (phase 2's --init_checkpoint, extract_features.py, conversion)."""
+    config.to_json_file(os.path.join(output_dir, BERT_CONFIG_NAME))
+    if vocab_file:
+        target = os.path.join(output_dir, "vocab.txt")
+        if os.path.abspath(vocab_file) != os.path.abspath(target):
+            with atomic_path(target) as tmp:
+                shutil.copyfile(vocab_file, tmp)

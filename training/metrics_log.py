@@ -137,7 +137,7 @@ class MetricsLog:
             self._file.flush()
             self._scalars(step, "train", entry)
             self._progress.desc = f"step {step}/{self.total_steps}"
-            extra = "".join(f" {k} {metrics[k]:.4f}" for k in ("mlm_accuracy",) if k in metrics)
+            extra = "".join(f" {k} {metrics[k]:.4f}" for k in ("mlm_accuracy", "accuracy") if k in metrics)
             print(
                 f"{self._progress.line()}  loss {metrics['loss']:.4f}{extra}  {rate:.1f} seq/s",
                 file=self.stream,

@@ -21,11 +21,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import shutil
 import sys
 
 from common.errors import UserError
-from common.files import atomic_path, ensure_writable_dir, expand_globs, write_json
+from common.files import ensure_writable_dir, expand_globs, write_json
 
 RESOLVED_CONFIG_NAME = "resolved_config.json"
 OPTIMIZER_TYPES = ("lamb", "adamw", "adam_weight_decay")
@@ -186,19 +185,6 @@ def _print_resolved(resolved: dict, stream) -> None:
     stream.flush()
 
 
-def _write_model_files(config, vocab_file: str | None, output_dir: str) -> None:
-    """bert_config.json and vocab.txt beside the checkpoints: the directory then loads as a
-    checkpoint on its own (phase 2's --init_checkpoint, extract_features.py, conversion)."""
-    from bert.checkpoints import BERT_CONFIG_NAME
-
-    config.to_json_file(os.path.join(output_dir, BERT_CONFIG_NAME))
-    if vocab_file:
-        target = os.path.join(output_dir, "vocab.txt")
-        if os.path.abspath(vocab_file) != os.path.abspath(target):
-            with atomic_path(target) as tmp:
-                shutil.copyfile(vocab_file, tmp)
-
-
 def run(s: PretrainingSettings, stream=None) -> dict:
     """Runs the job; returns {"resolved", "model" (the BertPretrainer), "step", "train" (last
     metrics or None), "eval" (or None), "throughput"}. Problems the user can fix raise UserError
@@ -212,7 +198,7 @@ def run(s: PretrainingSettings, stream=None) -> dict:
     from bert.pretraining import BertPretrainer
     from optimization import WarmupPolynomialDecay, create_optimizer, scaled_learning_rate
     from training import loop
-    from training.checkpointing import Checkpointer, latest_checkpoint
+    from training.checkpointing import Checkpointer, latest_checkpoint, write_model_files
     from training.distributed import Distributed
     from training.input_pipeline import naming_corrupt_files, pretraining_dataset, worker_files
     from training.metrics_log import MetricsLog
@@ -264,7 +250,7 @@ def run(s: PretrainingSettings, stream=None) -> dict:
     if chief:
         _print_resolved(resolved, out)
         write_json(os.path.join(s.output_dir, RESOLVED_CONFIG_NAME), resolved)
-        _write_model_files(config, s.vocab_file, s.output_dir)
+        write_model_files(config, s.vocab_file, s.output_dir)
 
     # 3. Model, optimizer, step; where to start.
     keras.utils.set_random_seed(s.seed + dist.rank)  # dropout differs per worker; weights come from rank 0

@@ -81,6 +81,9 @@ class TrainStep:
         )
         self._sum_scalars = tf.function(lambda vector: self.distributed.sum([vector])[0])
         self._evaluate = tf.function(self._evaluate_batch, jit_compile=jit_compile)
+        self._predict = tf.function(
+            lambda features: self.model(features, training=False), jit_compile=jit_compile
+        )
         self.broadcast()
 
     # --- the compiled parts -------------------------------------------------------------------
@@ -180,6 +183,10 @@ class TrainStep:
         names = sorted(totals)
         values = tf.stack([totals[name] for name in names]).numpy()
         return {**self.objective.summarize(dict(zip(names, values.tolist()))), "batches": count}
+
+    def predict(self, features) -> dict:
+        """The model's outputs for one batch (inference: no dropout), as NumPy arrays."""
+        return {name: value.numpy() for name, value in self._predict(features).items()}
 
     # --- state --------------------------------------------------------------------------------
 

@@ -1,0 +1,902 @@
+"""Our whole pretraining update against keras-hub's, side by side, as a markdown table.
+
+    .venv/bin/python bench/pretrain_throughput.py --quick     # smoke run: mini, fp32, XLA, ~2 min
+    .venv/bin/python bench/pretrain_throughput.py             # mini + base, every variant; hours
+    .venv/bin/python bench/pretrain_throughput.py --models base --precisions fp32 --xla on \\
+        --data synthetic --accumulation 1                     # one headline row pair
+    .venv/bin/python bench/pretrain_throughput.py --seq_lengths 128,512 --horovod_workers 2
+
+What one measured update is, per stack:
+
+- ours: what run_pretraining.py runs, built by the same library calls training/pretraining_job.py
+  makes (configure_precision, BertPretrainer, WarmupPolynomialDecay + create_optimizer("lamb"),
+  PretrainingStep with the job's seed, determinism and input settings): `accumulation` XLA
+  micro-batch gradient passes, the Horovod sum (under --horovod_workers), one LAMB update, and the
+  host-side metric read-back that ends every update of the job.
+- keras-hub 0.32: BertBackbone of the same sizes + MaskedLMHead (tied to the backbone's
+  token_embedding, gelu, the masked positions as mask_positions) + Dense(2) on the pooled output,
+  keras.optimizers.AdamW(1e-4, weight_decay=0.01), in a tf.function(jit_compile=XLA) step with
+  GradientTape; loss: cross-entropy over the masked positions weighted by masked_lm_weights + NSP
+  cross-entropy. One process, batch B per step, no accumulation.
+
+Both stacks read the same batches: --data synthetic cycles 4 in-memory batches shaped like
+create_pretraining_data output (no input cost at all); --data tfrecord reads TFRecords through
+the job's pipeline (training.input_pipeline.pretraining_dataset: file sharding, interleave,
+shuffle, batch, parse), from --tfrecords or, without it, from small temporary files written
+here in the pretraining schema (data/pretraining/schema.py + tfrecord.py), so both data paths are
+always measured. keras-hub has no reader of this schema, so it reads through ours too: the ratio
+compares the updates, not the readers.
+
+Method. Every (stack, configuration) runs in its own child process, so peak RSS, XLA caches and
+allocator state never mix. The two children of a configuration are started one after the other
+and compile and warm up (--warmup micro-batches, whole updates, untimed); then the parent has
+them take turns, one timed repeat of --steps micro-batches at a time (ours, keras-hub, keras-hub,
+ours, ...), --repeats times, while the other one waits idle on a control file. A slow minute on
+a shared machine therefore hits both stacks alike, and the ratio is taken repeat by repeat. Each
+child prints one JSON line per repeat; the parent reports the median seq/s, its spread (min-max
+and (max-min)/median), the median of the per-repeat ratios ours/keras-hub with their min-max, and
+each child's peak RSS (ru_maxrss, build and compile included). keras-hub is re-measured beside
+each of our rows (accumulation and worker variants included) so every ratio has its own paired
+reference.
+
+Settings applied to both stacks alike: TF gets one intra-op thread per usable core (per worker
+under Horovod) and one inter-op thread (bench/model_throughput.py says why); the precision is
+set by the job's training.precision.configure_precision (fp32: float32 and TF32 off; bf16:
+mixed_bfloat16, TF32 allowed), and TF op determinism follows --deterministic (the job's default:
+on).
+
+Shapes: phase 1 is seq 128 with 20 predictions, phase 2 seq 512 with 80; default batches: mini
+32 and base 16 at seq 128, 4 at seq 512 (--batch_size overrides). Note that configs/bert_small.json
+is L4/H512; the 4-layer 256-hidden model of the earlier figures is configs/bert_mini.json.
+Earlier figures on a 2-core AVX2 EPYC, fp32, XLA, seq 128: ours base b16 ~1.5 seq/s vs keras-hub
+~1.57; mini b32 ~21.8 vs ~22.6-23.5.
+
+Time on 2 cores (default --repeats 3 --steps 4): a mini configuration takes 1-3 min, a base one
+7-10 min in fp32 and several times that in bf16 on CPUs without native bfloat16; the default
+matrix (2 models x fp32,bf16 x XLA on,off x synthetic,tfrecord x accumulation 1,4) takes
+roughly 3-5 hours; --precisions fp32 halves that, --xla on halves it again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import itertools
+import json
+import math
+import os
+import platform
+import queue
+import resource
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+# Pure Python: the parent never imports TensorFlow.
+from bench.model_throughput import (  # noqa: E402
+    config_path,
+    crash_cause,
+    log,
+    positive_int,
+    random_pretraining_batch,
+    shorten_error,
+    tensorflow_version,
+    usable_cores,
+)
+from bert.config import BertConfig  # noqa: E402
+
+# Shapes: B batch (per worker, per micro-batch), S sequence, P masked positions.
+
+STACKS = ("ours", "keras-hub")
+PRECISIONS = ("fp32", "bf16")  # the job's --precision names
+DATA = ("synthetic", "tfrecord")
+DEFAULT_MODELS = ("mini", "base")
+PREDICTIONS = {128: 20, 512: 80}  # max_predictions_per_seq of phase 1 and phase 2
+MASKED_LM_PROB = 0.15  # P for other sequence lengths
+DEFAULT_BATCH = {("mini", 128): 32, ("base", 128): 16}
+PHASE2_BATCH = 4  # any model at seq 512
+FALLBACK_BATCH = 8
+SYNTHETIC_BATCHES = 4  # distinct in-memory batches, cycled (an update of 4 sees 4 different ones)
+TEMP_FILES, TEMP_RECORDS_PER_FILE = 2, 256  # enough files for 2 workers
+PEER_LEARNING_RATE, PEER_WEIGHT_DECAY = 1e-4, 0.01
+CONTROL_POLL_S = 0.02
+KERAS_HUB_INSTALL = (
+    ".venv/bin/pip install --no-deps keras-hub==0.32.0 tensorflow-text==2.21.1 "
+    "&& .venv/bin/pip install kagglehub kagglesdk==0.1.28 regex rich sentencepiece namex"
+)
+
+
+def emit(event: dict) -> None:
+    print("RESULT " + json.dumps(event), flush=True)
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
+
+
+# ----------------------------------------------------------------------------- child process
+
+
+def synthetic_batches(vocab_size: int, batch: int, seq_length: int, predictions: int, seed: int) -> list:
+    """SYNTHETIC_BATCHES feature dicts of eager tensors (the dtypes pretraining_dataset yields)."""
+    import tensorflow as tf
+
+    return [
+        {
+            k: tf.constant(v)
+            for k, v in random_pretraining_batch(vocab_size, batch, seq_length, predictions, seed + i).items()
+        }
+        for i in range(SYNTHETIC_BATCHES)
+    ]
+
+
+def input_batches(spec: dict, vocab_size: int, rank: int, size: int, settings=None):
+    """An endless iterator of this worker's micro-batches: dicts of int32 [B, S] / [B, P] tensors,
+    float32 masked_lm_weights [B, P], int32 next_sentence_labels [B, 1]."""
+    from common.files import expand_globs
+
+    if spec["data"] == "synthetic":
+        batches = synthetic_batches(
+            vocab_size, spec["batch"], spec["seq_length"], spec["predictions"], spec["seed"] + 1000 * rank
+        )
+        return itertools.cycle(batches)
+    from training.input_pipeline import naming_corrupt_files, pretraining_dataset, worker_files
+    from training.pretraining_job import PretrainingSettings
+
+    defaults = settings or PretrainingSettings(bert_config_file="", output_dir="")
+    files = expand_globs(spec["tfrecords"], "training files", source="--tfrecords")
+    dataset = pretraining_dataset(
+        files,
+        spec["batch"],
+        spec["seq_length"],
+        spec["predictions"],
+        is_training=True,
+        num_workers=size,
+        worker_index=rank,
+        seed=defaults.seed,
+        shuffle_buffer=defaults.shuffle_buffer,
+        deterministic=True if spec["deterministic"] else None,
+    )
+    return naming_corrupt_files(iter(dataset), worker_files(files, size, rank))
+
+
+def build_ours(spec: dict):
+    """The job's model, optimizer and step (training/pretraining_job.py, steps 1 and 3).
+
+    Returns (update, sequences per update on this worker, Distributed)."""
+    import dataclasses
+
+    import keras
+
+    from bert.config import read_config_file
+    from bert.pretraining import BertPretrainer
+    from optimization import WarmupPolynomialDecay, create_optimizer, scaled_learning_rate
+    from training.distributed import Distributed
+    from training.precision import configure_precision
+    from training.pretraining_job import DECAY_POWER, PretrainingSettings
+    from training.train_step import PretrainingStep
+
+    s = PretrainingSettings(bert_config_file=spec["config_path"], output_dir="")
+    s = dataclasses.replace(
+        s,
+        max_seq_length=spec["seq_length"],
+        max_predictions_per_seq=spec["predictions"],
+        train_batch_size=spec["batch"],
+        num_accumulation_steps=spec["accumulation"],
+        optimizer_type="lamb",
+        precision=spec["precision"],
+        use_xla=spec["xla"],
+        use_horovod=spec["workers"] > 1,
+        deterministic=spec["deterministic"],
+    )
+    dist = Distributed(use_horovod=s.use_horovod)
+    config = read_config_file(s.bert_config_file)
+    batches = input_batches(spec, config.vocab_size, dist.rank, dist.size, settings=s)
+    keras.utils.set_random_seed(s.seed + dist.rank)
+    model = BertPretrainer(config, dtype=configure_precision(s.precision))
+    peak = scaled_learning_rate(s.learning_rate, dist.size)
+    learning_rate = WarmupPolynomialDecay(
+        peak, s.num_warmup_steps, s.num_train_steps, DECAY_POWER[s.optimizer_type]
+    )
+    optimizer = create_optimizer(s.optimizer_type, learning_rate)
+    step = PretrainingStep(
+        model, optimizer, accumulation_steps=s.num_accumulation_steps, distributed=dist, jit_compile=s.use_xla
+    )
+
+    def update():
+        metrics = step(batches)  # blocks: it reads the update's metrics back to the host
+        if not metrics["applied"]:
+            raise FloatingPointError(f"the update was not applied (loss {metrics['loss']})")
+
+    return update, s.train_batch_size * s.num_accumulation_steps, dist
+
+
+def build_keras_hub(spec: dict):
+    """keras-hub's BERT pretraining model, AdamW and a GradientTape step on the same batches.
+
+    Returns (update, sequences per update, Distributed for one process)."""
+    try:
+        import keras_hub
+    except Exception as err:  # ImportError, or a dependency failing inside its import
+        raise RuntimeError(f"keras_hub is not importable ({type(err).__name__}: {err})") from None
+    import keras
+    import tensorflow as tf
+
+    from bert.config import read_config_file
+    from training.distributed import Distributed
+    from training.precision import configure_precision
+
+    config = read_config_file(spec["config_path"])
+    policy = configure_precision(spec["precision"])  # the same TF32 switch as ours
+    batches = input_batches(spec, config.vocab_size, 0, 1)
+    keras.utils.set_random_seed(spec["seed"])
+    initializer = keras.initializers.TruncatedNormal(stddev=config.initializer_range)
+    backbone = keras_hub.models.BertBackbone(
+        vocabulary_size=config.vocab_size,
+        num_layers=config.num_hidden_layers,
+        num_heads=config.num_attention_heads,
+        hidden_dim=config.hidden_size,
+        intermediate_dim=config.intermediate_size,
+        dropout=config.hidden_dropout_prob,
+        max_sequence_length=config.max_position_embeddings,
+        num_segments=config.type_vocab_size,
+        dtype=policy,
+    )
+    mask_positions = keras.Input(shape=(None,), dtype="int32", name="mask_positions")
+    encoded = backbone(backbone.input)
+    mlm_head = keras_hub.layers.MaskedLMHead(
+        vocabulary_size=config.vocab_size,
+        token_embedding=backbone.token_embedding,
+        intermediate_activation="gelu",
+        kernel_initializer=initializer,
+        dtype=backbone.dtype_policy,
+        name="mlm_head",
+    )
+    nsp_head = keras.layers.Dense(
+        2, kernel_initializer=initializer, dtype=backbone.dtype_policy, name="nsp_head"
+    )
+    model = keras.Model(
+        inputs={**backbone.input, "mask_positions": mask_positions},
+        outputs={
+            "mlm_logits": mlm_head(encoded["sequence_output"], mask_positions),  # [B, P, V]
+            "nsp_logits": nsp_head(encoded["pooled_output"]),  # [B, 2]
+        },
+    )
+    optimizer = keras.optimizers.AdamW(learning_rate=PEER_LEARNING_RATE, weight_decay=PEER_WEIGHT_DECAY)
+    variables = model.trainable_variables
+    optimizer.build(variables)  # slots exist before the compiled step, as ours builds LAMB's
+
+    def train_step(features):
+        inputs = {
+            "token_ids": features["input_ids"],
+            "segment_ids": features["segment_ids"],
+            "padding_mask": features["input_mask"],
+            "mask_positions": features["masked_lm_positions"],
+        }
+        with tf.GradientTape() as tape:
+            outputs = model(inputs, training=True)
+            weights = tf.cast(features["masked_lm_weights"], tf.float32)  # [B, P]
+            mlm = keras.losses.sparse_categorical_crossentropy(
+                features["masked_lm_ids"], tf.cast(outputs["mlm_logits"], tf.float32), from_logits=True
+            )  # [B, P]
+            nsp = keras.losses.sparse_categorical_crossentropy(
+                tf.reshape(features["next_sentence_labels"], [-1]),
+                tf.cast(outputs["nsp_logits"], tf.float32),
+                from_logits=True,
+            )  # [B]
+            loss = tf.reduce_sum(mlm * weights) / (tf.reduce_sum(weights) + 1e-5) + tf.reduce_mean(nsp)
+        gradients = tape.gradient(loss, variables)
+        optimizer.apply(gradients, variables)
+        return loss
+
+    step = tf.function(train_step, jit_compile=spec["xla"])
+
+    def update():
+        loss = float(step(next(batches)).numpy())  # blocks until the step is done
+        if not math.isfinite(loss):
+            raise FloatingPointError(f"the loss is not finite ({loss})")
+
+    return update, spec["batch"], Distributed(use_horovod=False)
+
+
+def wait_for_command(control_dir: str, repeat: int, timeout_s: float) -> str:
+    """'go' once the parent has created go-<repeat>, 'stop' once it has created stop."""
+    deadline = time.monotonic() + timeout_s
+    go, stop = os.path.join(control_dir, f"go-{repeat}"), os.path.join(control_dir, "stop")
+    while time.monotonic() < deadline:
+        if os.path.exists(stop):
+            return "stop"
+        if os.path.exists(go):
+            return "go"
+        time.sleep(CONTROL_POLL_S)
+    return "stop"  # the parent is gone
+
+
+def measure(spec: dict, rank_holder: dict) -> None:
+    import tensorflow as tf
+
+    # Before TF creates its thread pools (bench/model_throughput.py explains one inter-op thread).
+    tf.config.threading.set_intra_op_parallelism_threads(spec["threads"])
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    if spec["deterministic"]:
+        tf.config.experimental.enable_op_determinism()
+    build = build_ours if spec["stack"] == "ours" else build_keras_hub
+    update, sequences, dist = build(spec)
+    rank_holder.update(rank=dist.rank, size=dist.size)
+    per_update = spec["accumulation"] if spec["stack"] == "ours" else 1
+    tag = f"{spec['label']} {spec['stack']}" + (f" rank {dist.rank}" if dist.size > 1 else "")
+
+    start = time.perf_counter()
+    update()
+    first_s = time.perf_counter() - start
+    warm_updates = math.ceil(spec["warmup"] / per_update)
+    for _ in range(warm_updates - 1):
+        update()
+    if dist.is_chief:
+        log(f"{tag}: first update {first_s:.1f}s, {warm_updates} warm-up update(s)")
+    emit({"event": "ready", "rank": dist.rank, "size": dist.size, "first_update_s": first_s})
+
+    updates = math.ceil(spec["steps"] / per_update)
+    for repeat in itertools.count():
+        if wait_for_command(spec["control_dir"], repeat, spec["timeout"]) == "stop":
+            break
+        dist.barrier()  # workers start the clock together
+        start = time.perf_counter()
+        for _ in range(updates):
+            update()
+        elapsed = time.perf_counter() - start
+        rate = sequences * updates / elapsed
+        emit(
+            {
+                "event": "repeat",
+                "repeat": repeat,
+                "rank": dist.rank,
+                "seq_per_s": rate,
+                "rss_mb": peak_rss_mb(),
+            }
+        )
+    emit({"event": "done", "rank": dist.rank, "rss_mb": peak_rss_mb()})
+
+
+def child_main(spec_json: str) -> None:
+    spec = json.loads(spec_json)
+    where: dict = {"rank": 0}
+    try:
+        measure(spec, where)
+    except Exception as err:  # reported as a table row, not a crash of the whole run
+        text = f"{type(err).__name__}: {err}"
+        log(f"{spec['label']} {spec['stack']}: FAILED: {text.splitlines()[0] if text else text}")
+        emit({"event": "error", "rank": where["rank"], "error": shorten_error(text)})
+
+
+# ---------------------------------------------------------------------------- parent process
+
+
+class ChildFailed(Exception):
+    pass
+
+
+class Child:
+    """One measuring child process (or `workers` of them under horovodrun) and its events."""
+
+    def __init__(self, spec: dict, workdir: str, timeout_s: float):
+        self.workers = spec["workers"]
+        self.timeout_s = timeout_s
+        spec["control_dir"] = self.control_dir = tempfile.mkdtemp(prefix="control-", dir=workdir)
+        argv = [sys.executable, os.path.abspath(__file__), "--_child", json.dumps(spec)]
+        if self.workers > 1:
+            n = str(self.workers)
+            argv = [horovodrun_path(), "-np", n, "-H", f"localhost:{n}", "--gloo", *argv]
+        env = dict(
+            os.environ,
+            PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
+            PYTHONPATH=ROOT,
+            # OpenMPI's busy polling would take the cores from TensorFlow (tests/conftest.py).
+            OMPI_MCA_mpi_yield_when_idle="1",
+        )
+        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        env.setdefault("OMP_NUM_THREADS", str(spec["threads"]))
+        self.proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=ROOT,
+            start_new_session=True,  # horovodrun's workers can be ended with it as one group
+        )
+        self.events: queue.Queue = queue.Queue()
+        self.stderr_tail: collections.deque = collections.deque(maxlen=200)
+        self._readers = [
+            threading.Thread(target=self._read_stdout, daemon=True),
+            threading.Thread(target=self._read_stderr, daemon=True),
+        ]
+        for reader in self._readers:
+            reader.start()
+
+    def _read_stdout(self):
+        for line in self.proc.stdout:
+            at = line.find("RESULT ")  # horovodrun prefixes each line with the rank
+            if at >= 0:
+                self.events.put(json.loads(line[at + len("RESULT ") :]))
+        self.events.put({"event": "eof"})
+
+    def _read_stderr(self):
+        for line in self.proc.stderr:
+            if "[bench]" in line:
+                sys.stderr.write(line[line.find("[bench]") :])
+                sys.stderr.flush()
+            else:
+                self.stderr_tail.append(line.rstrip())
+
+    def wait_for(self, kind: str, repeat: int | None = None) -> list[dict]:
+        """One `kind` event from every worker (sorted by rank); ChildFailed on an error, a crash
+        or the timeout."""
+        got: dict[int, dict] = {}
+        deadline = time.monotonic() + self.timeout_s
+        while len(got) < self.workers:
+            try:
+                event = self.events.get(timeout=max(0.1, deadline - time.monotonic()))
+            except queue.Empty:
+                self.kill()
+                raise ChildFailed(f"timed out after {self.timeout_s:.0f}s") from None
+            if event["event"] == "error":
+                self.kill()
+                raise ChildFailed(event["error"])
+            if event["event"] == "eof":
+                self.proc.wait()
+                raise ChildFailed(crash_cause(list(self.stderr_tail), self.proc.returncode))
+            if event["event"] == kind and (repeat is None or event.get("repeat") == repeat):
+                got[event["rank"]] = event
+        return [got[r] for r in sorted(got)]
+
+    def go(self, repeat: int) -> list[dict]:
+        open(os.path.join(self.control_dir, f"go-{repeat}"), "w").close()
+        return self.wait_for("repeat", repeat)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            open(os.path.join(self.control_dir, "stop"), "w").close()
+            try:
+                self.proc.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)  # the group this child leads
+            except ProcessLookupError:
+                pass
+            self.proc.wait()
+
+
+def horovodrun_path() -> str | None:
+    return shutil.which(
+        "horovodrun", path=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
+    )
+
+
+def horovod_missing() -> str | None:
+    """Why 2-worker rows cannot run here, or None."""
+    import importlib.util
+
+    if importlib.util.find_spec("horovod") is None:
+        return "horovod is not installed in this Python (bash scripts/setup.sh builds it)"
+    if horovodrun_path() is None:
+        return "horovodrun is not on PATH"
+    return None
+
+
+def keras_hub_missing() -> str | None:
+    import importlib.util
+
+    if importlib.util.find_spec("keras_hub") is None:
+        return f"keras_hub is not importable in {sys.executable}; install it with: {KERAS_HUB_INSTALL}"
+    return None
+
+
+def package_version(name: str) -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def write_temporary_records(
+    directory: str, seq_length: int, predictions: int, vocab_size: int, seed: int
+) -> str:
+    """TEMP_FILES small TFRecord files in the pretraining schema; returns their glob."""
+    from data.pretraining import schema, tfrecord
+
+    os.makedirs(directory, exist_ok=True)
+    for i in range(TEMP_FILES):
+        features = random_pretraining_batch(
+            vocab_size, TEMP_RECORDS_PER_FILE, seq_length, predictions, seed + i
+        )
+        with tfrecord.RecordWriter(os.path.join(directory, f"part-{i:02d}.tfrecord")) as writer:
+            for row in range(TEMP_RECORDS_PER_FILE):
+                writer.write(schema.serialize_example({k: v[row].tolist() for k, v in features.items()}))
+    return os.path.join(directory, "*.tfrecord")
+
+
+def parse_list(text: str, allowed, flag: str) -> list[str]:
+    values = [v.strip() for v in text.split(",") if v.strip()]
+    for v in values:
+        if allowed is not None and v not in allowed:
+            raise SystemExit(f"{flag}: {v!r} is not one of {', '.join(allowed)}.")
+    if not values:
+        raise SystemExit(f"{flag} is empty.")
+    return values
+
+
+def parse_tfrecords(values: list[str] | None, seq_lengths: list[int]) -> dict[int, str]:
+    """--tfrecords GLOB (every sequence length) or S=GLOB (one) -> {S: glob}; checks they match."""
+    from common.errors import UserError
+    from common.files import expand_globs
+
+    globs: dict[int, str] = {}
+    for value in values or []:
+        head, sep, rest = value.partition("=")
+        if sep and head.strip().isdigit():
+            globs[int(head)] = rest
+        else:
+            globs.update({s: value for s in seq_lengths})
+    for s, pattern in globs.items():
+        try:
+            expand_globs(pattern, "TFRecord files", source="--tfrecords")
+        except UserError as err:
+            raise SystemExit(str(err)) from None
+    return globs
+
+
+def default_predictions(seq_length: int) -> int:
+    return PREDICTIONS.get(seq_length, max(1, round(seq_length * MASKED_LM_PROB)))
+
+
+def default_batch(model: str, seq_length: int) -> int:
+    if seq_length >= 512:
+        return PHASE2_BATCH
+    return DEFAULT_BATCH.get((model, seq_length), FALLBACK_BATCH)
+
+
+def spread(values: list[float]) -> str:
+    if len(values) < 2:
+        return "-"
+    mid = statistics.median(values)
+    return f"{min(values):.2f}-{max(values):.2f} ({100 * (max(values) - min(values)) / mid:.0f}%)"
+
+
+def measure_pair(specs: dict, repeats: int, workdir: str, timeout_s: float) -> dict:
+    """Starts the children of {stack: spec} one after the other, then interleaves their repeats
+    (in --stacks order on even repeats, reversed on odd ones).
+
+    Returns {stack: {"rates": per repeat, the list of each worker's seq/s; "rss": MB per worker;
+    "error": why it failed, when it did}}."""
+    results: dict = {}
+    children: dict = {}
+    for name, spec in specs.items():
+        results[name] = {"rates": [], "rss": []}
+        try:
+            children[name] = Child(dict(spec), workdir, timeout_s)
+            children[name].wait_for("ready")
+        except ChildFailed as err:
+            results[name]["error"] = str(err)
+            children.pop(name, None)
+    try:
+        for repeat in range(repeats):
+            order = list(children)
+            for name in order if repeat % 2 == 0 else order[::-1]:
+                try:
+                    events = children[name].go(repeat)
+                except ChildFailed as err:
+                    results[name]["error"] = str(err)
+                    children.pop(name)
+                    continue
+                results[name]["rates"].append([e["seq_per_s"] for e in events])
+                results[name]["rss"] = [e["rss_mb"] for e in events]
+                log(
+                    f"  repeat {repeat + 1}/{repeats} {name}: "
+                    + " + ".join(f"{e['seq_per_s']:.2f}" for e in events)
+                    + " seq/s"
+                )
+    finally:
+        for child in children.values():
+            child.stop()
+    return results
+
+
+def table_rows(config_label: str, workers: int, results: dict) -> list[list[str]]:
+    rows = []
+    ours, peer = results.get("ours"), results.get("keras-hub")
+    peer_totals = [sum(r) for r in peer["rates"]] if peer and "error" not in peer else []
+    for name, result in (("ours", ours), ("keras-hub", peer)):
+        if result is None:
+            continue
+        stack = "ours (LAMB" + (f", {workers} workers)" if name == "ours" and workers > 1 else ")")
+        if name == "keras-hub":
+            stack = "keras-hub (AdamW)"
+        totals = [sum(r) for r in result["rates"]]
+        if "error" in result:
+            rows.append([config_label, stack, "FAILED", result["error"], "-", "-"])
+            continue
+        median = statistics.median(totals)
+        cell = f"{median:.2f}"
+        if len(result["rates"][0]) > 1:
+            per_worker = statistics.median([statistics.mean(r) for r in result["rates"]])
+            cell += f" ({len(result['rates'][0])} x {per_worker:.2f})"
+        rss = max(result["rss"]) if result["rss"] else float("nan")
+        rss_cell = f"{rss:,.0f}" if len(result["rss"]) == 1 else f"{len(result['rss'])} x {rss:,.0f}"
+        ratio = "-"
+        if name == "ours" and peer_totals:
+            pairs = [o / p for o, p in zip(totals, peer_totals)]
+            ratio = f"{statistics.median(pairs):.3f}" + (
+                f" ({min(pairs):.3f}-{max(pairs):.3f})" if len(pairs) > 1 else ""
+            )
+        elif name == "keras-hub":
+            ratio = "1"
+        rows.append([config_label, stack, cell, spread(totals), ratio, rss_cell])
+    return rows
+
+
+def markdown_table(headers: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def cpu_name() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    return cpu
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Defaults in brackets are the full run's; --quick narrows every list flag not given "
+        "explicitly (mini, fp32, XLA on, synthetic, accumulation 1; 2 repeats x 2 steps).",
+    )
+    parser.add_argument(
+        "--models",
+        default=None,
+        help="comma list of configs/bert_<name>.json names or .json paths [mini,base] "
+        "(mini is L4/H256/A4/I1024, base L12/H768/A12/I3072)",
+    )
+    parser.add_argument(
+        "--seq_lengths", default=None, help="comma list [128]; 128,512 adds phase 2 (P 80, batch 4)"
+    )
+    parser.add_argument("--precisions", default=None, help="comma list of fp32, bf16 [fp32,bf16]")
+    parser.add_argument("--xla", default=None, help="on, off or on,off [on,off]")
+    parser.add_argument("--data", default=None, help="comma list of synthetic, tfrecord [synthetic,tfrecord]")
+    parser.add_argument(
+        "--tfrecords",
+        action="append",
+        metavar="GLOB",
+        help="pretraining TFRecords for --data tfrecord (comma-separated globs); S=GLOB gives the "
+        "files of one sequence length, e.g. --tfrecords '128=data/phase1/*' --tfrecords "
+        "'512=data/phase2/*'. Sequence lengths without files get small temporary ones",
+    )
+    parser.add_argument(
+        "--accumulation", default=None, help="comma list of micro-batches per update for ours [1,4]"
+    )
+    parser.add_argument(
+        "--horovod_workers",
+        type=int,
+        default=1,
+        help="N > 1 also measures ours under horovodrun --gloo with N local workers (each with "
+        "threads/N intra-op threads), reporting total and per-worker seq/s [1]",
+    )
+    parser.add_argument(
+        "--stacks", default="ours,keras-hub", help="comma list of ours, keras-hub [ours,keras-hub]"
+    )
+    parser.add_argument(
+        "--batch_size",
+        type=int,
+        default=None,
+        help="per-worker micro-batch B for every configuration [mini 32, base 16 at seq 128; 4 at 512]",
+    )
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="timed micro-batches per repeat, in whole updates of ours [4; --quick: 2]",
+    )
+    parser.add_argument("--repeats", type=int, default=None, help="interleaved timed repeats [3; --quick: 2]")
+    parser.add_argument(
+        "--warmup",
+        type=int,
+        default=None,
+        help="untimed micro-batches before timing, in whole updates; the first update compiles [2]",
+    )
+    parser.add_argument(
+        "--threads", type=int, default=None, help="TF intra-op threads (default: the usable cores)"
+    )
+    parser.add_argument(
+        "--deterministic",
+        choices=("on", "off"),
+        default="on",
+        help="TF op determinism for both stacks (the job's --deterministic default: on) [on]",
+    )
+    parser.add_argument("--seed", type=int, default=12345)
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=1800.0,
+        help="seconds one child may take to get ready or to finish a repeat before it is "
+        "abandoned and its row reported as failed [1800]",
+    )
+    parser.add_argument("--quick", action="store_true", help="smoke run: see the defaults above")
+    parser.add_argument("--_child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+
+    if args._child:
+        child_main(args._child)
+        return
+
+    quick = args.quick
+
+    def pick(value, full, smoke):
+        return value if value is not None else (smoke if quick else full)
+
+    models = parse_list(pick(args.models, ",".join(DEFAULT_MODELS), "mini"), None, "--models")
+    seq_lengths = [
+        positive_int(s, "--seq_lengths")
+        for s in parse_list(pick(args.seq_lengths, "128", "128"), None, "--seq_lengths")
+    ]
+    precisions = parse_list(pick(args.precisions, "fp32,bf16", "fp32"), PRECISIONS, "--precisions")
+    xla_modes = [x == "on" for x in parse_list(pick(args.xla, "on,off", "on"), ("on", "off"), "--xla")]
+    data_modes = parse_list(pick(args.data, "synthetic,tfrecord", "synthetic"), DATA, "--data")
+    accumulations = [
+        positive_int(a, "--accumulation")
+        for a in parse_list(pick(args.accumulation, "1,4", "1"), None, "--accumulation")
+    ]
+    stacks = parse_list(args.stacks, STACKS, "--stacks")
+    steps = positive_int(str(pick(args.steps, 4, 2)), "--steps")
+    repeats = positive_int(str(pick(args.repeats, 3, 2)), "--repeats")
+    warmup = positive_int(str(pick(args.warmup, 2, 2)), "--warmup")
+    if args.batch_size is not None:
+        positive_int(str(args.batch_size), "--batch_size")
+    if args.horovod_workers < 1:
+        raise SystemExit(f"--horovod_workers must be at least 1 (got {args.horovod_workers}).")
+    threads = args.threads or usable_cores()
+    tfrecords = parse_tfrecords(args.tfrecords, seq_lengths)
+    configs = {(m, s): config_path(m, s) for m in models for s in seq_lengths}
+    for s in seq_lengths:
+        if default_predictions(s) > s:
+            raise SystemExit(f"--seq_lengths {s} is too short for {default_predictions(s)} predictions.")
+
+    notes = []
+    peer_missing = keras_hub_missing() if "keras-hub" in stacks else None
+    if peer_missing:
+        log(peer_missing + "; measuring our rows only.")
+        notes.append(peer_missing + "; only our rows were measured.")
+        stacks = [s for s in stacks if s != "keras-hub"]
+    worker_counts = [1]
+    if args.horovod_workers > 1:
+        missing = horovod_missing()
+        if missing:
+            log(f"--horovod_workers {args.horovod_workers}: {missing}; the multi-worker rows are skipped.")
+            notes.append(f"Multi-worker rows skipped: {missing}.")
+        elif "ours" in stacks:
+            worker_counts.append(args.horovod_workers)
+    if not stacks:
+        raise SystemExit("Nothing to measure: --stacks names no available stack.")
+
+    workdir = tempfile.mkdtemp(prefix="pretrain_throughput_")
+    try:
+        if "tfrecord" in data_modes:
+            for s in seq_lengths:
+                if s not in tfrecords:
+                    vocab = min(
+                        BertConfig.from_json_file(p).vocab_size for (m, q), p in configs.items() if q == s
+                    )
+                    tfrecords[s] = write_temporary_records(
+                        os.path.join(workdir, f"records-s{s}"), s, default_predictions(s), vocab, args.seed
+                    )
+                    log(
+                        f"wrote {TEMP_FILES} x {TEMP_RECORDS_PER_FILE} temporary records of seq {s} to {tfrecords[s]}"
+                    )
+        groups = list(
+            itertools.product(
+                models, seq_lengths, precisions, xla_modes, data_modes, accumulations, worker_counts
+            )
+        )
+        if "ours" not in stacks:  # keras-hub alone has no accumulation or worker variants
+            groups = [g for g in groups if g[5] == accumulations[0] and g[6] == 1]
+        log(
+            f"{len(groups)} configuration(s) x {len(stacks)} stack(s); {repeats} repeats x {steps} "
+            f"micro-batches after {warmup} warm-up; {threads} intra-op thread(s) ({usable_cores()} usable cores)"
+        )
+        rows = []
+        started = time.perf_counter()
+        for i, (model, seq, precision, xla, data, accumulation, workers) in enumerate(groups, 1):
+            config = BertConfig.from_json_file(configs[(model, seq)])
+            batch = args.batch_size or default_batch(model, seq)
+            label = (
+                f"{model} L{config.num_hidden_layers}/H{config.hidden_size} s{seq} b{batch} "
+                f"{precision} XLA {'on' if xla else 'off'} {data} acc{accumulation}"
+            )
+            spec = {
+                "label": label,
+                "config_path": configs[(model, seq)],
+                "seq_length": seq,
+                "predictions": default_predictions(seq),
+                "batch": batch,
+                "precision": precision,
+                "xla": xla,
+                "data": data,
+                "tfrecords": tfrecords.get(seq),
+                "accumulation": accumulation,
+                "workers": 1,
+                "threads": threads,
+                "steps": steps,
+                "warmup": warmup,
+                "seed": args.seed,
+                "deterministic": args.deterministic == "on",
+                "timeout": args.timeout,
+            }
+            specs = {}
+            if "ours" in stacks:
+                specs["ours"] = {
+                    **spec,
+                    "stack": "ours",
+                    "workers": workers,
+                    "threads": max(1, threads // workers),
+                }
+            if "keras-hub" in stacks:
+                specs["keras-hub"] = {**spec, "stack": "keras-hub", "accumulation": 1}
+            log(f"[{i}/{len(groups)}] {label}" + (f", ours on {workers} workers" if workers > 1 else ""))
+            group_start = time.perf_counter()
+            results = measure_pair(specs, repeats, workdir, args.timeout)
+            log(f"[{i}/{len(groups)}] done in {time.perf_counter() - group_start:.0f}s")
+            rows += table_rows(label, workers, results)
+        total_s = time.perf_counter() - started
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    print(
+        f"BERT pretraining update throughput, ours vs keras-hub {package_version('keras-hub')}: "
+        f"TF {tensorflow_version()}, Keras {package_version('keras')}, CPU: {cpu_name()}, "
+        f"{threads} intra-op / 1 inter-op thread(s), op determinism {args.deterministic}"
+    )
+    print(
+        f"median of {repeats} interleaved repeats x {steps} micro-batches after {warmup} warm-up; "
+        f"spread = min-max (range / median); ratio = median of per-repeat ours / keras-hub (min-max); "
+        f"run took {total_s / 60:.1f} min"
+    )
+    print()
+    print(
+        markdown_table(
+            ["config", "stack", "seq/s median", "spread", "ratio vs keras-hub", "peak RSS MB"], rows
+        )
+    )
+    print()
+    print(
+        "ours: run_pretraining.py's update (PretrainingStep, LAMB, accumulation accN); keras-hub: "
+        "BertBackbone + MaskedLMHead + NSP Dense, AdamW, one process, batch b per step, no "
+        "accumulation, measured beside each of our rows. 2-worker cells: total (workers x median "
+        "per worker); peak RSS: workers x the largest."
+    )
+    for note in notes:
+        print(note)
+
+
+if __name__ == "__main__":
+    main()

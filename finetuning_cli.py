@@ -1,0 +1,123 @@
+"""The command-line flags run_squad.py and run_classifier.py share (Google's and NVIDIA's names),
+defined once: not an entry point itself. Each entry point adds its task's flags and turns the
+parsed values into training.finetuning_job.FineTuningSettings with `settings_from_flags`."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from common.errors import UserError
+
+
+def define_flags(
+    fv, *, max_seq_length: int, learning_rate: float, train_batch_size: int, epochs: float
+) -> None:
+    """The shared flags, with the task's own defaults for the few that differ (SQuAD: 384, 5e-5,
+    batch 32, 2 epochs; GLUE: 128, 2e-5, 32, 3)."""
+    from absl import flags
+
+    from training.finetuning_job import FineTuningSettings
+    from training.precision import PRECISIONS
+    from training.pretraining_job import OPTIMIZER_TYPES
+
+    d = {
+        f.name: f.default
+        for f in FineTuningSettings.__dataclass_fields__.values()
+        if f.default is not dataclasses.MISSING
+    }
+    d.update(
+        max_seq_length=max_seq_length,
+        learning_rate=learning_rate,
+        train_batch_size=train_batch_size,
+        num_train_epochs=epochs,
+    )
+
+    def string(name, help_text):
+        flags.DEFINE_string(name, d.get(name), help_text, flag_values=fv)
+
+    def integer(name, help_text):
+        flags.DEFINE_integer(name, d[name], help_text, flag_values=fv)
+
+    def number(name, help_text):
+        flags.DEFINE_float(name, d[name], help_text, flag_values=fv)
+
+    def boolean(name, help_text):
+        flags.DEFINE_bool(name, d[name], help_text, flag_values=fv)
+
+    string(
+        "init_checkpoint",
+        "Starting weights: a pretraining output directory or checkpoint (ours, Google TF1, NVIDIA) "
+        "or a Hugging Face directory; a fine-tuned one's head is loaded too.",
+    )
+    string("bert_config_file", "bert_config.json (default: the one beside --init_checkpoint).")
+    string("vocab_file", "vocab.txt (default: the one beside --init_checkpoint).")
+    boolean("do_lower_case", "Lower-case and strip accents (uncased models).")
+    string(
+        "output_dir",
+        "Checkpoints, log.jsonl, TensorBoard events, predictions and eval_results.json; "
+        "a run continues from the latest checkpoint here.",
+    )
+    integer("max_seq_length", "Tokens per input sequence.")
+    integer("train_batch_size", "Examples per worker per micro-batch.")
+    integer("predict_batch_size", "Examples per prediction batch.")
+    number("learning_rate", "Peak learning rate PER WORKER; the effective peak is this times the workers.")
+    number("num_train_epochs", "Epochs over the training features.")
+    number("warmup_proportion", "Share of the updates spent in linear warmup (then linear decay to 0).")
+    integer("num_accumulation_steps", "Micro-batches per update (gradient accumulation).")
+    flags.DEFINE_enum(
+        "optimizer_type",
+        d["optimizer_type"],
+        list(OPTIMIZER_TYPES),
+        "Optimizer (Google's default).",
+        flag_values=fv,
+    )
+    flags.DEFINE_enum(
+        "precision",
+        None,
+        list(PRECISIONS),
+        f"fp32, tf32, fp16 or bf16; default {d['precision']}.",
+        flag_values=fv,
+    )
+    flags.DEFINE_bool("amp", False, "NVIDIA's name for --precision=fp16.", flag_values=fv)
+    boolean("use_xla", "Compile the train step with XLA.")
+    flags.DEFINE_bool(
+        "use_horovod",
+        None,
+        "Sum gradients across Horovod workers; default: on under horovodrun/mpirun with more than one rank.",
+        flag_values=fv,
+    )
+    flags.DEFINE_alias("horovod", "use_horovod", flag_values=fv)
+    boolean("do_train", "Fine-tune.")
+    boolean("do_eval", "Predict the labelled evaluation data and report the official metrics.")
+    boolean("do_predict", "Predict the test data and write the prediction / submission files.")
+    integer("save_checkpoints_steps", "Write a checkpoint every this many updates (and at the end).")
+    integer("keep_checkpoints", "How many of the newest checkpoints to keep.")
+    integer("log_every_n_steps", "Log and print every this many updates.")
+    integer("seed", "Seed of the head's initialisation, dropout and input shuffling.")
+    boolean("deterministic", "TF op determinism (exact resume); turn off for speed on GPUs.")
+    string(
+        "export_dir",
+        "Write a SavedModel here (serving_default: input_ids, input_mask, segment_ids -> logits) "
+        "after training, or from --output_dir's latest checkpoint without --do_train.",
+    )
+    string("triton_repository", "Also write a Triton model repository here (needs --export_dir).")
+
+
+def settings_from_flags(F):
+    """FineTuningSettings from the parsed flags (NVIDIA's --amp and --horovod resolved)."""
+    from training.distributed import launched_ranks
+    from training.finetuning_job import FineTuningSettings
+
+    precision = F.precision
+    if F.amp:
+        if precision not in (None, "fp16"):
+            raise UserError(f"--amp means --precision=fp16, but --precision={precision} was given.")
+        precision = "fp16"
+    use_horovod = F.use_horovod
+    if use_horovod is None:
+        use_horovod = launched_ranks(os.environ) > 1
+    fields = FineTuningSettings.__dataclass_fields__
+    values = {name: F[name].value for name in fields if name in F}
+    values.update(precision=precision or fields["precision"].default, use_horovod=use_horovod)
+    return FineTuningSettings(**values)

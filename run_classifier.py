@@ -1,0 +1,58 @@
+r"""Fine-tunes BERT on a GLUE task (CoLA, SST-2, MRPC, STS-B, QQP, MNLI, QNLI, RTE, WNLI) and
+writes the official dev metrics and the test submission files.
+
+    python run_classifier.py --task_name=MRPC --data_dir=data/glue --init_checkpoint=results/phase_2 \
+        --do_train --do_eval --do_predict --output_dir=results/mrpc --train_batch_size=32 \
+        --learning_rate=2e-5 --num_train_epochs=3
+
+    horovodrun -np 8 python run_classifier.py ...      # Horovod turns itself on under a launcher
+
+Outputs in --output_dir: checkpoints (the head as Google's output_weights|bias), log.jsonl,
+TensorBoard events, eval_results.json (the task's official metrics on dev; MNLI: matched and
+mismatched), <split>_predictions.tsv, and with --do_predict the submission files as GLUE names
+them (MRPC.tsv, MNLI-m.tsv, MNLI-mm.tsv, ...). STS-B trains a regression head (one score).
+--learning_rate is per worker: the peak is it times the workers. Re-running the same command
+continues from the latest checkpoint in --output_dir.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from common import cli
+
+PROG = "run_classifier"
+
+
+def define_flags(fv) -> None:
+    from absl import flags
+
+    import finetuning_cli
+
+    finetuning_cli.define_flags(fv, max_seq_length=128, learning_rate=2e-5, train_batch_size=32, epochs=3.0)
+    flags.DEFINE_string(
+        "task_name", None, "GLUE task: CoLA, SST-2, MRPC, STS-B, QQP, MNLI, QNLI, RTE, WNLI.", flag_values=fv
+    )
+    flags.DEFINE_string(
+        "data_dir", None, "The GLUE root (holding MRPC/ ...) or the task's own directory.", flag_values=fv
+    )
+
+
+def run(F) -> int:
+    import finetuning_cli
+    from training.finetuning_job import run as run_job
+    from training.glue_task import GlueTask
+
+    task = GlueTask(task_name=F.task_name, data_dir=F.data_dir)
+    run_job(finetuning_cli.settings_from_flags(F), task)
+    return 0
+
+
+def main(argv=None) -> int:
+    return cli.main(
+        define_flags, run, [PROG, *(sys.argv[1:] if argv is None else argv)], doc=__doc__, prog=PROG
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
