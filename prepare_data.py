@@ -3,6 +3,7 @@
     python prepare_data.py --action download --dataset wikicorpus_en     # also squad, glue,
                                                                          # google_pretrained_weights
     python prepare_data.py --action download --dataset python_docs --corpus_mb 8  # offline corpus
+    python prepare_data.py --action download --dataset python_qa   # offline SQuAD-format QA set
     python prepare_data.py --action text_formatting --dataset wikicorpus_en
     python prepare_data.py --action text_formatting --dataset my_notes --input_files notes.jsonl
     python prepare_data.py --action sharding --dataset wikicorpus_en --n_training_shards 256
@@ -33,6 +34,7 @@ from data import paths
 ACTIONS = ("download", "text_formatting", "sharding", "vocab", "create_tfrecord_files")
 PROG = "prepare_data"
 PYTHON_DOCS = "python_docs"
+PYTHON_QA = "python_qa"
 
 
 def define_flags(fv) -> None:
@@ -42,7 +44,8 @@ def define_flags(fv) -> None:
     flags.DEFINE_string(
         "dataset",
         paths.DEFAULT_DATASET,
-        "wikicorpus_en, squad, glue, google_pretrained_weights, python_docs (download), or "
+        "wikicorpus_en, squad, glue, google_pretrained_weights, python_docs and python_qa "
+        "(download, built offline from the installed Python), or "
         "any name for your own corpus (formatting onwards).",
         flag_values=fv,
     )
@@ -204,6 +207,11 @@ def run(F, environ) -> dict:
             return {"path": target, "bytes": os.path.getsize(target), "skipped": True}
         with Progress(PYTHON_DOCS, int(F.corpus_mb * 1e6), enabled=F.progress) as progress:
             return {"path": target, **stdlib_text.build_corpus(target, F.corpus_mb, progress=progress)}
+
+    if action == "download" and F.dataset == PYTHON_QA:
+        from data.corpus import stdlib_qa
+
+        return stdlib_qa.build_qa_set(paths.python_qa_dir(root))
 
     if action == "download":
         from data.corpus import download

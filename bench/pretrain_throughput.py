@@ -122,6 +122,14 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
 
 
+def current_rss_mb() -> float:
+    try:
+        with open("/proc/self/statm", encoding="ascii") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError):
+        return float("nan")
+
+
 # ----------------------------------------------------------------------------- child process
 
 
@@ -341,7 +349,10 @@ def measure(spec: dict, rank_holder: dict) -> None:
     for _ in range(warm_updates - 1):
         update()
     if dist.is_chief:
-        log(f"{tag}: first update {first_s:.1f}s, {warm_updates} warm-up update(s)")
+        log(
+            f"{tag}: first update {first_s:.1f}s, {warm_updates} warm-up update(s); "
+            f"RSS {current_rss_mb():,.0f} MB, peak {peak_rss_mb():,.0f} MB"
+        )
     emit({"event": "ready", "rank": dist.rank, "size": dist.size, "first_update_s": first_s})
 
     updates = math.ceil(spec["steps"] / per_update)
@@ -877,7 +888,8 @@ def main() -> None:
         f"{threads} intra-op / 1 inter-op thread(s), op determinism {args.deterministic}"
     )
     print(
-        f"median of {repeats} interleaved repeats x {steps} micro-batches after {warmup} warm-up; "
+        f"median of {repeats} interleaved repeats x {steps} micro-batches after {warmup} warm-up "
+        "(both in whole updates of ours); "
         f"spread = min-max (range / median); ratio = median of per-repeat ours / keras-hub (min-max); "
         f"run took {total_s / 60:.1f} min"
     )

@@ -59,6 +59,12 @@ def python_docs_file(root: str) -> str:
     return os.path.join(download_dir(root, "python_docs"), "python_docs.txt")
 
 
+def python_qa_dir(root: str) -> str:
+    """The offline question-answering set in SQuAD v1.1 format: train.json, dev.json
+    (data/corpus/stdlib_qa.py)."""
+    return download_dir(root, "python_qa")
+
+
 def formatted_file(root: str, dataset: str) -> str:
     return os.path.join(root, "formatted", dataset, f"{dataset}_one_article_per_line.txt")
 
