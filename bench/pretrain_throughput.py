@@ -31,13 +31,14 @@ Method. Every (stack, configuration) runs in its own child process, so peak RSS,
 allocator state never mix. The two children of a configuration are started one after the other
 and compile and warm up (--warmup micro-batches, whole updates, untimed); then the parent has
 them take turns, one timed repeat of --steps micro-batches at a time (ours, keras-hub, keras-hub,
-ours, ...), --repeats times, while the other one waits idle on a control file. A slow minute on
-a shared machine therefore hits both stacks alike, and the ratio is taken repeat by repeat. Each
-child prints one JSON line per repeat; the parent reports the median seq/s, its spread (min-max
-and (max-min)/median), the median of the per-repeat ratios ours/keras-hub with their min-max, and
-each child's peak RSS (ru_maxrss, build and compile included). keras-hub is re-measured beside
-each of our rows (accumulation and worker variants included) so every ratio has its own paired
-reference.
+ours, ...), --repeats times; the child not being timed is paused (SIGSTOP on its process group:
+an idle Horovod worker's background loop alone took ~20% of 2 cores from the other stack) and
+a control file starts each repeat. A slow minute on a shared machine therefore hits both stacks
+alike, and the ratio is taken repeat by repeat. Each child prints one JSON line per repeat;
+the parent reports the median seq/s, its spread (min-max and (max-min)/median), the median of
+the per-repeat ratios ours/keras-hub with their min-max, and each child's peak RSS (ru_maxrss,
+build and compile included). keras-hub is re-measured beside each of our rows (accumulation and
+worker variants included) so every ratio has its own paired reference.
 
 Settings applied to both stacks alike: TF gets one intra-op thread per usable core (per worker
 under Horovod) and one inter-op thread (bench/model_throughput.py says why); the precision is
@@ -51,10 +52,14 @@ is L4/H512; the 4-layer 256-hidden model of the earlier figures is configs/bert_
 Earlier figures on a 2-core AVX2 EPYC, fp32, XLA, seq 128: ours base b16 ~1.5 seq/s vs keras-hub
 ~1.57; mini b32 ~21.8 vs ~22.6-23.5.
 
-Time on 2 cores (default --repeats 3 --steps 4): a mini configuration takes 1-3 min, a base one
-7-10 min in fp32 and several times that in bf16 on CPUs without native bfloat16; the default
-matrix (2 models x fp32,bf16 x XLA on,off x synthetic,tfrecord x accumulation 1,4) takes
-roughly 3-5 hours; --precisions fp32 halves that, --xla on halves it again.
+Time on an idle 2-core machine (default --repeats 3 --steps 4; each configuration is two
+children that start, compile and warm up, then 3 x 4 timed micro-batches each): a mini
+configuration takes ~2 min, a base one ~8-10 min in fp32 (a base micro-batch of 16 is ~11 s) and
+up to twice that in bf16 on CPUs without native bfloat16 (AVX2). The default matrix (2 models x
+fp32,bf16 x XLA on,off x synthetic,tfrecord x accumulation 1,4 = 32 configurations) takes about
+3-4 hours; --precisions fp32 --xla on (8 configurations) about 45 min. --seq_lengths 128,512
+doubles the count (a base micro-batch of 4 at seq 512 costs about as much as 16 at 128), and
+--horovod_workers 2 adds one configuration per existing one.
 """
 
 from __future__ import annotations
@@ -87,7 +92,6 @@ from bench.model_throughput import (  # noqa: E402
     log,
     positive_int,
     random_pretraining_batch,
-    shorten_error,
     tensorflow_version,
     usable_cores,
 )
@@ -112,6 +116,16 @@ KERAS_HUB_INSTALL = (
     ".venv/bin/pip install --no-deps keras-hub==0.32.0 tensorflow-text==2.21.1 "
     "&& .venv/bin/pip install kagglehub kagglesdk==0.1.28 regex rich sentencepiece namex"
 )
+
+
+def error_cell(text: str, width: int = 200) -> str:
+    """The first informative line of an error, for a table cell (markdown-safe)."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    line = lines[0] if lines else "unknown error"
+    for marker in ("Detected at node", " [Op:"):
+        line = line.split(marker)[0].strip()
+    line = " ".join(line.split()).replace("|", "/")
+    return line if len(line) <= width else line[: width - 3] + "..."
 
 
 def emit(event: dict) -> None:
@@ -234,7 +248,9 @@ def build_keras_hub(spec: dict):
     try:
         import keras_hub
     except Exception as err:  # ImportError, or a dependency failing inside its import
-        raise RuntimeError(f"keras_hub is not importable ({type(err).__name__}: {err})") from None
+        raise RuntimeError(
+            f"keras_hub is not importable ({type(err).__name__}: {err}); install: {KERAS_HUB_INSTALL}"
+        ) from None
     import keras
     import tensorflow as tf
 
@@ -357,7 +373,8 @@ def measure(spec: dict, rank_holder: dict) -> None:
 
     updates = math.ceil(spec["steps"] / per_update)
     for repeat in itertools.count():
-        if wait_for_command(spec["control_dir"], repeat, spec["timeout"]) == "stop":
+        # Paused between its repeats, it sees the time the other stack's repeats took pass too.
+        if wait_for_command(spec["control_dir"], repeat, 3 * spec["timeout"]) == "stop":
             break
         dist.barrier()  # workers start the clock together
         start = time.perf_counter()
@@ -385,7 +402,7 @@ def child_main(spec_json: str) -> None:
     except Exception as err:  # reported as a table row, not a crash of the whole run
         text = f"{type(err).__name__}: {err}"
         log(f"{spec['label']} {spec['stack']}: FAILED: {text.splitlines()[0] if text else text}")
-        emit({"event": "error", "rank": where["rank"], "error": shorten_error(text)})
+        emit({"event": "error", "rank": where["rank"], "error": error_cell(text)})
 
 
 # ---------------------------------------------------------------------------- parent process
@@ -471,11 +488,32 @@ class Child:
         return [got[r] for r in sorted(got)]
 
     def go(self, repeat: int) -> list[dict]:
+        """Resumes the child, has it time one repeat, and pauses it again."""
+        self.resume()
         open(os.path.join(self.control_dir, f"go-{repeat}"), "w").close()
-        return self.wait_for("repeat", repeat)
+        events = self.wait_for("repeat", repeat)
+        self.pause()
+        return events
+
+    def pause(self) -> None:
+        # An idle child is not idle enough: tf.data threads, and above all Horovod's background
+        # loop, which polls every few milliseconds, took ~20% of 2 cores from the other stack's
+        # repeat. Stopped, the whole group (horovodrun and its workers) takes nothing.
+        self._signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self._signal(signal.SIGCONT)
+
+    def _signal(self, signum) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signum)  # the group this child leads
+            except ProcessLookupError:
+                pass
 
     def stop(self) -> None:
         if self.proc.poll() is None:
+            self.resume()
             open(os.path.join(self.control_dir, "stop"), "w").close()
             try:
                 self.proc.wait(timeout=120)
@@ -564,7 +602,7 @@ def parse_tfrecords(values: list[str] | None, seq_lengths: list[int]) -> dict[in
             globs[int(head)] = rest
         else:
             globs.update({s: value for s in seq_lengths})
-    for s, pattern in globs.items():
+    for pattern in globs.values():
         try:
             expand_globs(pattern, "TFRecord files", source="--tfrecords")
         except UserError as err:
@@ -591,21 +629,22 @@ def spread(values: list[float]) -> str:
 
 def measure_pair(specs: dict, repeats: int, workdir: str, timeout_s: float) -> dict:
     """Starts the children of {stack: spec} one after the other, then interleaves their repeats
-    (in --stacks order on even repeats, reversed on odd ones).
+    (in --stacks order on even repeats, reversed on odd ones); a child is paused (SIGSTOP) whenever
+    it is not the one being timed.
 
     Returns {stack: {"rates": per repeat, the list of each worker's seq/s; "rss": MB per worker;
     "error": why it failed, when it did}}."""
-    results: dict = {}
+    results: dict = {name: {"rates": [], "rss": []} for name in specs}
     children: dict = {}
-    for name, spec in specs.items():
-        results[name] = {"rates": [], "rss": []}
-        try:
-            children[name] = Child(dict(spec), workdir, timeout_s)
-            children[name].wait_for("ready")
-        except ChildFailed as err:
-            results[name]["error"] = str(err)
-            children.pop(name, None)
     try:
+        for name, spec in specs.items():
+            try:
+                children[name] = Child(dict(spec), workdir, timeout_s)
+                children[name].wait_for("ready")
+                children[name].pause()  # while the next one compiles, and between its repeats
+            except ChildFailed as err:
+                results[name]["error"] = str(err)
+                children.pop(name, None)
         for repeat in range(repeats):
             order = list(children)
             for name in order if repeat % 2 == 0 else order[::-1]:
@@ -745,7 +784,12 @@ def main() -> None:
         default="on",
         help="TF op determinism for both stacks (the job's --deterministic default: on) [on]",
     )
-    parser.add_argument("--seed", type=int, default=12345)
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=12345,
+        help="seeds weights, dropout and the synthetic/temporary data [12345]",
+    )
     parser.add_argument(
         "--timeout",
         type=float,
