@@ -14,7 +14,16 @@ from conftest import ROOT, worker_env
 def test_quickstart_runs_every_stage_and_prints_the_results(tmp_path):
     env = {**worker_env(), "QUICKSTART_QA_EPOCHS": "0.05"}
     result = subprocess.run(
-        ["bash", "scripts/quickstart.sh", "--dir", str(tmp_path), "--corpus_mb", "0.3", "--train_steps", "20"],
+        [
+            "bash",
+            "scripts/quickstart.sh",
+            "--dir",
+            str(tmp_path),
+            "--corpus_mb",
+            "0.3",
+            "--train_steps",
+            "20",
+        ],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -38,4 +47,6 @@ def test_quickstart_runs_every_stage_and_prints_the_results(tmp_path):
     with open(tmp_path / "squad" / "predictions.json") as f:
         assert len(json.load(f)) > 100  # every dev question answered
     assert f"EM {squad['exact_match']:.1f}, F1 {squad['f1']:.1f}" in out
-    assert f"seq 128: {results['start_128']:.3f} before pretraining -> {results['final_128']:.3f} after" in out
+    assert (
+        f"seq 128: {results['start_128']:.3f} before pretraining -> {results['final_128']:.3f} after" in out
+    )

@@ -73,6 +73,8 @@ def validate(s: FineTuningSettings) -> None:
 
     if s.triton_repository and not s.export_dir:
         raise UserError("--triton_repository needs --export_dir (the SavedModel it copies).")
+    if s.export_dir and os.path.isdir(s.export_dir) and os.listdir(s.export_dir):  # not after training
+        raise UserError(f"--export_dir {s.export_dir} exists and is not empty; choose a new directory.")
     if not (s.do_train or s.do_eval or s.do_predict or s.export_dir):
         raise UserError("Nothing to do: pass --do_train, --do_eval, --do_predict and/or --export_dir.")
     if not s.output_dir:
