@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from common.errors import UserError
+from common import cli
 
 
 def define_flags(
@@ -109,15 +109,10 @@ def settings_from_flags(F):
     from training.distributed import launched_ranks
     from training.finetuning_job import FineTuningSettings
 
-    precision = F.precision
-    if F.amp:
-        if precision not in (None, "fp16"):
-            raise UserError(f"--amp means --precision=fp16, but --precision={precision} was given.")
-        precision = "fp16"
-    use_horovod = F.use_horovod
-    if use_horovod is None:
-        use_horovod = launched_ranks(os.environ) > 1
     fields = FineTuningSettings.__dataclass_fields__
+    precision, use_horovod = cli.precision_and_horovod(
+        F, os.environ, launched_ranks, fields["precision"].default
+    )
     values = {name: F[name].value for name in fields if name in F}
-    values.update(precision=precision or fields["precision"].default, use_horovod=use_horovod)
+    values.update(precision=precision, use_horovod=use_horovod)
     return FineTuningSettings(**values)

@@ -134,20 +134,15 @@ def settings_from_flags(F):
     from training.distributed import launched_ranks
     from training.pretraining_job import PretrainingSettings
 
-    precision = F.precision
-    if F.amp:
-        if precision not in (None, "fp16"):
-            raise UserError(f"--amp means --precision=fp16, but --precision={precision} was given.")
-        precision = "fp16"
-    use_horovod = F.use_horovod
-    if use_horovod is None:
-        use_horovod = launched_ranks(os.environ) > 1
     fields = PretrainingSettings.__dataclass_fields__
+    precision, use_horovod = cli.precision_and_horovod(
+        F, os.environ, launched_ranks, fields["precision"].default
+    )
     values = {name: F[name].value for name in fields if name in F}
     values.update(
         input_files=_files(F, "input_files"),
         eval_files=_files(F, "eval_files"),
-        precision=precision or fields["precision"].default,
+        precision=precision,
         use_horovod=use_horovod,
     )
     return PretrainingSettings(**values)

@@ -62,3 +62,28 @@ class BertEncoder(keras.Model):
 
     def get_config(self):
         return {**super().get_config(), "config": self.config.to_dict()}
+
+
+class EncoderTaskModel(keras.Model):
+    """The base of a BERT with task heads (BertPretrainer, BertSpanModel, BertClassifier): the
+    config and an encoder (built here unless given), saved in get_config as the encoder's own
+    serialized config, as keras-hub stores a task's backbone."""
+
+    def __init__(self, config, dtype="float32", encoder: BertEncoder | None = None, **kwargs):
+        super().__init__(dtype=dtype, **kwargs)
+        self.config = as_bert_config(config)
+        self.encoder = encoder if encoder is not None else BertEncoder(self.config, dtype=dtype)
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "config": self.config.to_dict(),
+            "encoder": keras.saving.serialize_keras_object(self.encoder),
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        if isinstance(config.get("encoder"), dict):
+            config["encoder"] = keras.saving.deserialize_keras_object(config["encoder"])
+        return cls(**config)

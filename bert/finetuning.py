@@ -8,36 +8,14 @@ the span head, output_weights|bias for the classifier, as Google's run_squad / r
 
 import keras
 
-from bert.config import as_bert_config
-from bert.encoder import BertEncoder
+from bert.encoder import BertEncoder, EncoderTaskModel
 from bert.heads import ClassifierHead, SpanHead
 
 # Shapes: B batch, S sequence, D hidden, C classes.
 
 
-class _FineTuningModel(keras.Model):
-    def __init__(self, config, dtype="float32", encoder: BertEncoder | None = None, **kwargs):
-        super().__init__(dtype=dtype, **kwargs)
-        self.config = as_bert_config(config)
-        self.encoder = encoder if encoder is not None else BertEncoder(self.config, dtype=dtype)
-
-    def get_config(self):
-        return {
-            **super().get_config(),
-            "config": self.config.to_dict(),
-            "encoder": keras.saving.serialize_keras_object(self.encoder),
-        }
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        if isinstance(config.get("encoder"), dict):
-            config["encoder"] = keras.saving.deserialize_keras_object(config["encoder"])
-        return cls(**config)
-
-
 @keras.saving.register_keras_serializable(package="bert")
-class BertSpanModel(_FineTuningModel):
+class BertSpanModel(EncoderTaskModel):
     """Encoder + span head. Outputs start_logits and end_logits, float32 [B, S]."""
 
     def __init__(self, config, dtype="float32", encoder: BertEncoder | None = None, **kwargs):
@@ -56,7 +34,7 @@ class BertSpanModel(_FineTuningModel):
 
 
 @keras.saving.register_keras_serializable(package="bert")
-class BertClassifier(_FineTuningModel):
+class BertClassifier(EncoderTaskModel):
     """Encoder + dropout + classifier over the pooled [CLS] output. Outputs logits, float32
     [B, C]; with num_classes=1, a regression score per example (STS-B)."""
 

@@ -3,8 +3,7 @@
 import keras
 from keras import ops
 
-from bert.config import as_bert_config
-from bert.encoder import BertEncoder
+from bert.encoder import BertEncoder, EncoderTaskModel
 from bert.heads import MaskedLMHead, NextSentenceHead
 
 # Shapes: B batch, S sequence, D hidden, N heads, H head size (D = N * H), I intermediate,
@@ -12,7 +11,7 @@ from bert.heads import MaskedLMHead, NextSentenceHead
 
 
 @keras.saving.register_keras_serializable(package="bert")
-class BertPretrainer(keras.Model):
+class BertPretrainer(EncoderTaskModel):
     """Encoder + MLM + NSP heads; the MLM head scores against the encoder's word embeddings.
 
     Inputs: input_ids, input_mask, segment_ids [B, S] and masked_lm_positions [B, P] (int).
@@ -21,10 +20,8 @@ class BertPretrainer(keras.Model):
 
     def __init__(self, config, dtype="float32", encoder: BertEncoder | None = None, **kwargs):
         kwargs.setdefault("name", "bert_pretrainer")
-        super().__init__(dtype=dtype, **kwargs)
-        self.config = config = as_bert_config(config)
-        self.encoder = encoder if encoder is not None else BertEncoder(config, dtype=dtype)
-        policy = self.dtype_policy
+        super().__init__(config, dtype=dtype, encoder=encoder, **kwargs)
+        config, policy = self.config, self.dtype_policy
         self.masked_lm = MaskedLMHead(
             config, self.encoder.embeddings.word_embeddings, name="cls_predictions", dtype=policy
         )
@@ -38,22 +35,6 @@ class BertPretrainer(keras.Model):
             "mlm_logits": self.masked_lm(outputs["sequence_output"], inputs["masked_lm_positions"]),
             "nsp_logits": self.next_sentence(outputs["pooled_output"]),
         }
-
-    def get_config(self):
-        # The encoder is a layer: stored as its own serialized config, as keras-hub stores a
-        # task's backbone.
-        return {
-            **super().get_config(),
-            "config": self.config.to_dict(),
-            "encoder": keras.saving.serialize_keras_object(self.encoder),
-        }
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        if isinstance(config.get("encoder"), dict):
-            config["encoder"] = keras.saving.deserialize_keras_object(config["encoder"])
-        return cls(**config)
 
 
 def pretraining_losses(outputs, features):

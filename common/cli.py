@@ -67,3 +67,18 @@ def required(flag_values, *names) -> None:
     for name in names:
         if flag_values[name].value in (None, ""):
             raise UserError(f"--{name} is required.")
+
+
+def precision_and_horovod(flag_values, environ, launched_ranks, default_precision: str) -> tuple[str, bool]:
+    """(--precision, --use_horovod) as the training entry points resolve them: NVIDIA's --amp
+    means fp16 (a contradicting --precision is a UserError); --use_horovod defaults to on when a
+    launcher started more than one rank (`launched_ranks(environ)`)."""
+    precision = flag_values.precision
+    if flag_values.amp:
+        if precision not in (None, "fp16"):
+            raise UserError(f"--amp means --precision=fp16, but --precision={precision} was given.")
+        precision = "fp16"
+    use_horovod = flag_values.use_horovod
+    if use_horovod is None:
+        use_horovod = launched_ranks(environ) > 1
+    return precision or default_precision, use_horovod
