@@ -80,7 +80,7 @@ def define_flags(
         flag_values=fv,
     )
     flags.DEFINE_bool("amp", False, "NVIDIA's name for --precision=fp16.", flag_values=fv)
-    boolean("use_xla", "Compile the train step with XLA.")
+    boolean("use_xla", "Compile the train and prediction steps with XLA.")
     flags.DEFINE_bool(
         "use_horovod",
         None,

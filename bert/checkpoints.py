@@ -248,6 +248,16 @@ def checkpoint_format(path: str) -> str:
     return "tf"
 
 
+def global_step_of(path: str) -> int | None:
+    """global_step of a TensorFlow checkpoint (None for Hugging Face weights or none stored)."""
+    import tensorflow as tf
+
+    if checkpoint_format(path) != "tf":
+        return None
+    reader = tf.train.load_checkpoint(resolve_tf_checkpoint(path))
+    return int(reader.get_tensor("global_step")) if reader.has_tensor("global_step") else None
+
+
 def read_tf_checkpoint(path: str) -> dict[str, np.ndarray]:
     """Model weights of a Google-named TF checkpoint (Google's, NVIDIA's or the trainer's)."""
     import tensorflow as tf

@@ -205,7 +205,7 @@ def run(s: FineTuningSettings, task, stream=None) -> dict:
     import keras
     import tensorflow as tf
 
-    from bert.checkpoints import load_for_fine_tuning, load_weights
+    from bert.checkpoints import global_step_of, load_for_fine_tuning, load_weights
     from bert.tokenization import build_tokenizer
     from optimization import WarmupPolynomialDecay, create_optimizer, scaled_learning_rate
     from training import loop
@@ -317,13 +317,15 @@ def run(s: FineTuningSettings, task, stream=None) -> dict:
         print(f"Predicting with the weights of {resume_from}.", file=out)
 
     # 5. Predictions and metrics (rank 0), export.
+    source = resume_from or s.init_checkpoint
+    global_step = int(optimizer.iterations) if s.do_train else (global_step_of(source) or 0 if source else 0)
     if chief:
         for split in task.prediction_splits(do_eval=s.do_eval, do_predict=s.do_predict):
             arrays, context = task.predict_features(split, tokenizer, s.max_seq_length, stream=out)
             outputs = predict(step, arrays, s.predict_batch_size, f"predict {split}", out)
             metrics = task.write_predictions(split, outputs, context, s.output_dir)
             if metrics is not None:
-                metrics = {**metrics, "global_step": int(optimizer.iterations)}
+                metrics = {**metrics, "global_step": global_step}
                 result["results"][split] = metrics
                 print(f"{split}: " + json.dumps(metrics), file=out, flush=True)
         if result["results"]:

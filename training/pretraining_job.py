@@ -133,18 +133,6 @@ def _load_config(s: PretrainingSettings):
     return config
 
 
-def _checkpoint_step(path: str) -> int | None:
-    """global_step of a TensorFlow checkpoint (None for Hugging Face weights or none stored)."""
-    import tensorflow as tf
-
-    from bert.checkpoints import checkpoint_format, resolve_tf_checkpoint
-
-    if checkpoint_format(path) != "tf":
-        return None
-    reader = tf.train.load_checkpoint(resolve_tf_checkpoint(path))
-    return int(reader.get_tensor("global_step")) if reader.has_tensor("global_step") else None
-
-
 def resolve(
     s: PretrainingSettings,
     workers: int,
@@ -194,7 +182,7 @@ def run(s: PretrainingSettings, stream=None) -> dict:
     import keras
     import tensorflow as tf
 
-    from bert.checkpoints import load_weights
+    from bert.checkpoints import global_step_of, load_weights
     from bert.pretraining import BertPretrainer
     from optimization import WarmupPolynomialDecay, create_optimizer, scaled_learning_rate
     from training import loop
@@ -236,7 +224,7 @@ def run(s: PretrainingSettings, stream=None) -> dict:
     resume_from = latest_checkpoint(s.output_dir)
     init_step = None
     if s.init_checkpoint and not resume_from:
-        init_step = _checkpoint_step(s.init_checkpoint)
+        init_step = global_step_of(s.init_checkpoint)
 
     # 2. What will run.
     resolved = resolve(
@@ -322,9 +310,7 @@ def run(s: PretrainingSettings, stream=None) -> dict:
     elif resume_from:
         load_weights(model, resume_from)
     result["step"] = (
-        int(optimizer.iterations)
-        if s.do_train
-        else (_checkpoint_step(resume_from) or 0 if resume_from else 0)
+        int(optimizer.iterations) if s.do_train else (global_step_of(resume_from) or 0 if resume_from else 0)
     )
 
     # 4. Evaluation, rank 0 alone (the other workers are done).
