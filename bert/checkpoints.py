@@ -421,12 +421,17 @@ def load_for_fine_tuning(model, path: str) -> bool:
             f"{os.fspath(path)} holds only part of the fine-tuning head ({', '.join(found)} but not "
             f"{', '.join(n for n in head if n not in weights)})."
         )
+    keep = [] if found else list(head)
+    if getattr(model, "span", None) is not None:
+        # The span head never reads the pooler, and Hugging Face's BertForQuestionAnswering
+        # saves none: a missing pooler keeps its (unused, frozen) initial values.
+        keep += [n for n in model_variables(model) if n.startswith("bert/pooler/") and n not in weights]
     assign_weights(
         model,
         weights,
         source=os.fspath(path),
         ignore_prefixes=("cls/", *CLASSIFIER_HEAD_NAMES),
-        keep_initialised=() if found else tuple(head),
+        keep_initialised=tuple(keep),
     )
     return bool(found)
 

@@ -258,7 +258,9 @@ def run(s: FineTuningSettings, task, stream=None) -> dict:
         resolved["num_train_features"] = num_features
     if chief:
         _print_resolved(resolved, out)
-        write_json(os.path.join(s.output_dir, RESOLVED_CONFIG_NAME), resolved)
+        path = os.path.join(s.output_dir, RESOLVED_CONFIG_NAME)
+        if s.do_train or not os.path.exists(path):  # a predict/export-only run keeps the training record
+            write_json(path, resolved)
         write_model_files(config, vocab_file, s.output_dir)
 
     # 4. Model, optimizer, step; where to start.
