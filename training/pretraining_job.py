@@ -309,8 +309,10 @@ def run(s: PretrainingSettings, stream=None) -> dict:
         result["throughput"] = log.throughput()
     elif resume_from:
         load_weights(model, resume_from)
+    # Without training: the step of the weights evaluated (the output_dir's, else --init_checkpoint's).
+    source = resume_from or s.init_checkpoint
     result["step"] = (
-        int(optimizer.iterations) if s.do_train else (global_step_of(resume_from) or 0 if resume_from else 0)
+        int(optimizer.iterations) if s.do_train else (global_step_of(source) or 0 if source else 0)
     )
 
     # 4. Evaluation, rank 0 alone (the other workers are done).
