@@ -160,7 +160,7 @@ _NAME_TABLE = (
     ("cls/seq_relationship/output_weights", "cls.seq_relationship.weight", False),  # [2, D] in both
     ("cls/seq_relationship/output_bias", "cls.seq_relationship.bias", False),
     # Fine-tuning heads: BertForQuestionAnswering's qa_outputs, BertForSequenceClassification's
-    # classifier; [C, D] in both, like the NSP head.
+    # classifier; [outputs, D] in both, like the NSP head.
     ("cls/squad/output_weights", "qa_outputs.weight", False),
     ("cls/squad/output_bias", "qa_outputs.bias", False),
     ("output_weights", "classifier.weight", False),

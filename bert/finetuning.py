@@ -11,7 +11,8 @@ import keras
 from bert.encoder import BertEncoder, EncoderTaskModel
 from bert.heads import ClassifierHead, SpanHead
 
-# Shapes: B batch, S sequence, D hidden, C classes.
+# Shapes: B batch, S sequence, D hidden, N heads, H head size (D = N * H), I intermediate,
+# P masked positions (max predictions per sequence), V vocab.
 
 
 @keras.saving.register_keras_serializable(package="bert")
@@ -36,7 +37,7 @@ class BertSpanModel(EncoderTaskModel):
 @keras.saving.register_keras_serializable(package="bert")
 class BertClassifier(EncoderTaskModel):
     """Encoder + dropout + classifier over the pooled [CLS] output. Outputs logits, float32
-    [B, C]; with num_classes=1, a regression score per example (STS-B)."""
+    [B, num_classes]; with num_classes=1, a regression score per example (STS-B)."""
 
     def __init__(
         self, config, num_classes: int, dtype="float32", encoder: BertEncoder | None = None, **kwargs
@@ -52,7 +53,7 @@ class BertClassifier(EncoderTaskModel):
 
     def call(self, inputs, training=False):
         pooled = self.encoder(inputs, training=training)["pooled_output"]  # [B, D]
-        return {"logits": self.classifier(pooled, training=training)}  # [B, C]
+        return {"logits": self.classifier(pooled, training=training)}  # [B, num_classes]
 
     def get_config(self):
         return {**super().get_config(), "num_classes": self.num_classes}

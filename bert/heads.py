@@ -76,7 +76,8 @@ class MaskedLMHead(keras.layers.Layer):
 
 
 class _OutputProjection(keras.layers.Layer):
-    """x [..., D] -> float32 logits [..., C] through output_weights [C, D] and output_bias [C]:
+    """x [..., D] -> float32 logits [..., outputs] through output_weights [outputs, D] and
+    output_bias [outputs]:
     Google's layout and names for its task heads (NSP, SQuAD, run_classifier), so checkpoints
     hold them as Google's and Hugging Face's tools expect ([out, in], like a torch Linear)."""
 
@@ -94,7 +95,7 @@ class _OutputProjection(keras.layers.Layer):
         )
 
     def project(self, x):
-        w = ops.cast(self.output_weights, self.compute_dtype)  # [C, D]
+        w = ops.cast(self.output_weights, self.compute_dtype)  # [outputs, D]
         return ops.cast(ops.matmul(x, ops.transpose(w)), "float32") + self.output_bias
 
 

@@ -13,7 +13,7 @@ import tensorflow as tf
 
 from training.objective import Objective
 
-# Shapes: B batch, S sequence, C classes.
+# Shapes: B batch, S sequence (as in bert/); classes are written out.
 
 
 def _examples(features, key):
@@ -21,7 +21,7 @@ def _examples(features, key):
 
 
 def _cross_entropy_sum(logits, labels):
-    """logits float32 [B, C], labels int [B] -> summed cross-entropy (scalar)."""
+    """logits float32 [B, classes], labels int [B] -> summed cross-entropy (scalar)."""
     labels = tf.cast(tf.reshape(labels, [-1]), tf.int32)
     return tf.reduce_sum(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
 
@@ -60,7 +60,7 @@ class SpanObjective(Objective):
 
 
 class ClassificationObjective(Objective):
-    """BertClassifier outputs {logits [B, C]} against label_ids int [B]."""
+    """BertClassifier outputs {logits [B, classes]} against label_ids int [B]."""
 
     terms = {"classification_loss": "examples"}
 
