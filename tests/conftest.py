@@ -30,6 +30,60 @@ def worker_env(**extra) -> dict:
     )
 
 
+# Variables the launchers (pretraining and fine-tuning) read: tests set them explicitly, never
+# inherit them from the environment they run in.
+LAUNCH_ENV = (
+    "BERT_DATA_DIR",
+    "RESULTS_DIR",
+    "BERT_CONFIG",
+    "VOCAB_FILE",
+    "PHASE1_DATA",
+    "PHASE2_DATA",
+    "BERT_DIR",
+    "SQUAD_DIR",
+    "GLUE_DIR",
+    "INIT_CHECKPOINT",
+    "HOROVOD_LAUNCHER",
+    "LAUNCHER_ARGS",
+    "HOROVOD_SIZE",
+    "HOROVOD_RANK",
+    "OMPI_COMM_WORLD_SIZE",
+    "OMPI_COMM_WORLD_RANK",
+    "PMI_SIZE",
+    "PMI_RANK",
+    "PMIX_SIZE",
+    "PMIX_RANK",
+)
+
+
+def logged_steps(path) -> list[int]:
+    """The steps of the complete lines of a run's log.jsonl so far ([] before it exists)."""
+    import json
+
+    try:
+        with open(path) as f:
+            return [json.loads(line)["step"] for line in f if line.endswith("\n")]
+    except FileNotFoundError:
+        return []
+
+
+def kill_after_step(command, output_dir, env, kill_after: int, timeout_s: float = 240) -> None:
+    """Starts `command` and kills it (SIGKILL) as soon as its log.jsonl in `output_dir` shows a
+    step >= kill_after; fails when the run ends or stalls before that."""
+    import signal
+    import subprocess
+    import time
+
+    victim = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + timeout_s
+    while not any(s >= kill_after for s in logged_steps(os.path.join(output_dir, "log.jsonl"))):
+        assert victim.poll() is None, "the run ended before it could be killed"
+        assert time.monotonic() < deadline, "the run never reached the kill point"
+        time.sleep(0.001)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+
+
 # Real English sentences (some as pairs) for parity checks: varied length, punctuation,
 # numbers, casing and an accent, so padding and the attention mask are exercised.
 SENTENCES = [

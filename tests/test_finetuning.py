@@ -15,11 +15,9 @@ import os
 import random
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import sysconfig
-import time
 
 import numpy as np
 import pytest
@@ -37,7 +35,7 @@ from bert.config import BertConfig
 from bert.finetuning import BertClassifier, BertSpanModel
 from bert.tokenization import SPECIAL_TOKENS, WordPieceTokenizer
 from common.files import TEMP_MARK
-from conftest import BIN, ROOT, worker_env
+from conftest import BIN, ROOT, kill_after_step, worker_env
 from data import glue, squad, squad_metrics
 from data.corpus import stdlib_text
 from tiny_pretraining import CONFIG
@@ -722,14 +720,6 @@ def test_two_horovod_workers_equal_one_worker_with_the_doubled_batch(model_files
 STEPS, SAVE_EVERY, KILL_AFTER = 10, 4, 5  # checkpoints at 4, 8, 10; killed after step 5 is logged
 
 
-def _logged_steps(path):
-    try:
-        with open(path) as f:
-            return [json.loads(line)["step"] for line in f if line.endswith("\n")]
-    except FileNotFoundError:
-        return []
-
-
 @pytest.mark.slow
 def test_kill_9_then_the_same_command_ends_bit_identical(word_order_task, tmp_path):
     def command(output_dir):
@@ -758,14 +748,7 @@ def test_kill_9_then_the_same_command_ends_bit_identical(word_order_task, tmp_pa
     uninterrupted = subprocess.Popen(
         command(straight), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
     )
-    victim = subprocess.Popen(command(killed), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 240
-    while not any(s >= KILL_AFTER for s in _logged_steps(killed / "log.jsonl")):
-        assert victim.poll() is None, "the run ended before it could be killed"
-        assert time.monotonic() < deadline, "the run never reached the kill point"
-        time.sleep(0.001)
-    victim.send_signal(signal.SIGKILL)
-    victim.wait()
+    kill_after_step(command(killed), killed, env, KILL_AFTER)
     latest = tf.train.latest_checkpoint(str(killed))
     assert latest is not None and latest.endswith(f"ckpt-{SAVE_EVERY}"), (
         f"the kill did not land between checkpoints {SAVE_EVERY} and {2 * SAVE_EVERY} (latest {latest})"

@@ -16,32 +16,13 @@ import sys
 
 import pytest
 
+from conftest import LAUNCH_ENV
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PYTHON_BIN = os.path.dirname(sys.executable)
 GLUE_FIXTURES = os.path.join(ROOT, "tests", "fixtures", "glue")
 GOOGLE = "google_pretrained_weights"
 LARGE, BASE = "uncased_L-24_H-1024_A-16", "uncased_L-12_H-768_A-12"
-# Variables the launchers read: the tests set them explicitly, never inherit them.
-LAUNCH_ENV = (
-    "BERT_DATA_DIR",
-    "RESULTS_DIR",
-    "BERT_CONFIG",
-    "VOCAB_FILE",
-    "BERT_DIR",
-    "SQUAD_DIR",
-    "GLUE_DIR",
-    "INIT_CHECKPOINT",
-    "HOROVOD_LAUNCHER",
-    "LAUNCHER_ARGS",
-    "HOROVOD_SIZE",
-    "HOROVOD_RANK",
-    "OMPI_COMM_WORLD_SIZE",
-    "OMPI_COMM_WORLD_RANK",
-    "PMI_SIZE",
-    "PMI_RANK",
-    "PMIX_SIZE",
-    "PMIX_RANK",
-)
 
 # NVIDIA's TF1 scripts: positional names and defaults in their order ("" = computed: a path).
 NVIDIA = {

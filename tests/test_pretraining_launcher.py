@@ -14,6 +14,8 @@ import sys
 
 import pytest
 
+from conftest import LAUNCH_ENV
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PRESETS = os.path.join(ROOT, "configs", "presets")
 POSITIONAL = [
@@ -34,26 +36,6 @@ POSITIONAL = [
     "bert_model",
 ]
 NVIDIA_DEFAULTS = "64 8 8 7.5e-4 5e-4 fp16 true 8 2000 200 7820 100 128 512 large".split()
-# Variables the launcher reads: the tests set them explicitly, never inherit them.
-LAUNCH_ENV = (
-    "BERT_DATA_DIR",
-    "RESULTS_DIR",
-    "BERT_CONFIG",
-    "VOCAB_FILE",
-    "PHASE1_DATA",
-    "PHASE2_DATA",
-    "INIT_CHECKPOINT",
-    "HOROVOD_LAUNCHER",
-    "LAUNCHER_ARGS",
-    "HOROVOD_SIZE",
-    "HOROVOD_RANK",
-    "OMPI_COMM_WORLD_SIZE",
-    "OMPI_COMM_WORLD_RANK",
-    "PMI_SIZE",
-    "PMI_RANK",
-    "PMIX_SIZE",
-    "PMIX_RANK",
-)
 
 
 def launch(*args, script="run_pretraining_lamb.sh", env=None, cwd=None):

@@ -3,17 +3,15 @@ same command, and every variable of the final checkpoint equals an uninterrupted
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import tiny_pretraining as tiny
-from conftest import ROOT
+from conftest import ROOT, kill_after_step, logged_steps
 
 pytestmark = pytest.mark.slow
 STEPS, SAVE_EVERY, KILL_AFTER = 10, 4, 5  # checkpoints at 4, 8, 10; killed after step 5 is logged
@@ -41,14 +39,6 @@ def _env():
     return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
 
 
-def _logged_steps(path):
-    try:
-        with open(path) as f:
-            return [json.loads(line)["step"] for line in f if line.endswith("\n")]
-    except FileNotFoundError:
-        return []
-
-
 def _arrays(prefix):
     reader = tf.train.load_checkpoint(prefix)
     return {n: reader.get_tensor(n) for n in reader.get_variable_to_shape_map()}
@@ -61,21 +51,12 @@ def test_kill_9_between_checkpoints_then_the_same_command_ends_bit_identical(tmp
     uninterrupted = subprocess.Popen(
         _command(data, straight), env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
     )
-    victim = subprocess.Popen(
-        _command(data, killed), env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    deadline = time.monotonic() + 240
-    while not any(s >= KILL_AFTER for s in _logged_steps(killed / "log.jsonl")):
-        assert victim.poll() is None, "the run ended before it could be killed"
-        assert time.monotonic() < deadline, "the run never reached the kill point"
-        time.sleep(0.001)
-    victim.send_signal(signal.SIGKILL)
-    victim.wait()
+    kill_after_step(_command(data, killed), killed, _env(), KILL_AFTER)
     latest = tf.train.latest_checkpoint(str(killed))
     assert latest is not None and latest.endswith(f"ckpt-{SAVE_EVERY}"), (
         f"the kill did not land between checkpoints {SAVE_EVERY} and {2 * SAVE_EVERY} (latest {latest})"
     )
-    assert max(_logged_steps(killed / "log.jsonl")) >= KILL_AFTER  # work past the checkpoint was lost
+    assert max(logged_steps(killed / "log.jsonl")) >= KILL_AFTER  # work past the checkpoint was lost
 
     resumed = subprocess.run(_command(data, killed), env=_env(), capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
