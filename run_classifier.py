@@ -25,25 +25,17 @@ PROG = "run_classifier"
 
 
 def define_flags(fv) -> None:
-    from absl import flags
-
     import finetuning_cli
 
     finetuning_cli.define_flags(fv, max_seq_length=128, learning_rate=2e-5, train_batch_size=32, epochs=3.0)
-    flags.DEFINE_string(
-        "task_name", None, "GLUE task: CoLA, SST-2, MRPC, STS-B, QQP, MNLI, QNLI, RTE, WNLI.", flag_values=fv
-    )
-    flags.DEFINE_string(
-        "data_dir", None, "The GLUE root (holding MRPC/ ...) or the task's own directory.", flag_values=fv
-    )
+    finetuning_cli.define_glue_flags(fv)
 
 
 def run(F) -> int:
     import finetuning_cli
     from training.finetuning_job import run as run_job
-    from training.glue_task import GlueTask
 
-    task = GlueTask(task_name=F.task_name, data_dir=F.data_dir)
+    task = finetuning_cli.glue_task(F)
     run_job(finetuning_cli.settings_from_flags(F), task)
     return 0
 

@@ -23,47 +23,17 @@ PROG = "run_squad"
 
 
 def define_flags(fv) -> None:
-    from absl import flags
-
     import finetuning_cli
 
     finetuning_cli.define_flags(fv, max_seq_length=384, learning_rate=5e-5, train_batch_size=32, epochs=2.0)
-    flags.DEFINE_string("train_file", None, "SQuAD JSON for training (train-v1.1.json).", flag_values=fv)
-    flags.DEFINE_string("predict_file", None, "SQuAD JSON to predict (dev-v1.1.json).", flag_values=fv)
-    flags.DEFINE_bool(
-        "version_2_with_negative", False, "SQuAD 2.0: questions may have no answer.", flag_values=fv
-    )
-    flags.DEFINE_integer(
-        "doc_stride", 128, "Tokens between the starts of a context's windows.", flag_values=fv
-    )
-    flags.DEFINE_integer("max_query_length", 64, "Question tokens kept.", flag_values=fv)
-    flags.DEFINE_integer(
-        "n_best_size", 20, "Candidate answers kept per question (nbest_predictions.json).", flag_values=fv
-    )
-    flags.DEFINE_integer("max_answer_length", 30, "Longest answer, in tokens.", flag_values=fv)
-    flags.DEFINE_float(
-        "null_score_diff_threshold",
-        0.0,
-        "SQuAD 2.0: predict no answer when null score - best span score exceeds this.",
-        flag_values=fv,
-    )
+    finetuning_cli.define_squad_flags(fv)
 
 
 def run(F) -> int:
     import finetuning_cli
     from training.finetuning_job import run as run_job
-    from training.squad_task import SquadTask
 
-    task = SquadTask(
-        train_file=F.train_file,
-        predict_file=F.predict_file,
-        version_2_with_negative=F.version_2_with_negative,
-        doc_stride=F.doc_stride,
-        max_query_length=F.max_query_length,
-        n_best_size=F.n_best_size,
-        max_answer_length=F.max_answer_length,
-        null_score_diff_threshold=F.null_score_diff_threshold,
-    )
+    task = finetuning_cli.squad_task(F)
     run_job(finetuning_cli.settings_from_flags(F), task)
     return 0
 

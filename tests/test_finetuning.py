@@ -12,12 +12,10 @@ import csv
 import json
 import math
 import os
-import random
 import re
 import shutil
 import subprocess
 import sys
-import sysconfig
 
 import numpy as np
 import pytest
@@ -31,14 +29,12 @@ from bert.checkpoints import (
     model_variables,
     save_huggingface,
 )
-from bert.config import BertConfig
 from bert.finetuning import BertClassifier, BertSpanModel
-from bert.tokenization import SPECIAL_TOKENS, WordPieceTokenizer
 from common.files import TEMP_MARK
 from conftest import BIN, ROOT, kill_after_step, worker_env
 from data import glue, squad, squad_metrics
-from data.corpus import stdlib_text
 from tiny_pretraining import CONFIG
+from word_order import DEV_SENTENCES, TRAIN_SENTENCES, write_model_files, write_word_order_task
 
 # Shapes: B batch, S sequence, D hidden, C classes.
 D = CONFIG["hidden_size"]
@@ -89,33 +85,9 @@ def _fixture_texts():
     return texts
 
 
-def _write_model_files(directory, texts, **config):
-    """vocab.txt holding every word of `texts` (as the uncased tokenizer splits them) and a tiny
-    bert_config.json sized to it; returns their paths and the BertConfig."""
-    os.makedirs(directory, exist_ok=True)
-    boot_file = os.path.join(directory, "boot.txt")
-    with open(boot_file, "w", encoding="utf-8") as f:
-        f.write("\n".join(SPECIAL_TOKENS) + "\n")
-    backend = WordPieceTokenizer(boot_file).backend
-    words = {
-        w
-        for text in texts
-        for w, _ in backend.pre_tokenizer.pre_tokenize_str(backend.normalizer.normalize_str(text))
-    }
-    vocab = list(dict.fromkeys([*SPECIAL_TOKENS, *sorted(words)]))
-    vocab_file = os.path.join(directory, "vocab.txt")
-    with open(vocab_file, "w", encoding="utf-8") as f:
-        f.write("\n".join(vocab) + "\n")
-    values = {**CONFIG, "vocab_size": len(vocab), **config}
-    config_file = os.path.join(directory, "bert_config.json")
-    with open(config_file, "w") as f:
-        json.dump(values, f)
-    return {"bert_config_file": config_file, "vocab_file": vocab_file, "config": BertConfig(**values)}
-
-
 @pytest.fixture(scope="module")
 def model_files(tmp_path_factory):
-    return _write_model_files(str(tmp_path_factory.mktemp("model")), _fixture_texts())
+    return write_model_files(str(tmp_path_factory.mktemp("model")), _fixture_texts())
 
 
 def _flags(files, output_dir, *extra, **values):
@@ -541,56 +513,10 @@ def test_squad_export_serves_start_and_end_logits_with_tensorflow_alone(squad_ru
 
 # --- a task a tiny BERT can learn -------------------------------------------------------------
 
-# Standard-library modules whose docstrings are plain English prose.
-PROSE_MODULES = (
-    "argparse.py subprocess.py threading.py textwrap.py shutil.py tarfile.py zipfile.py "
-    "logging/__init__.py typing.py inspect.py pathlib.py random.py socket.py ssl.py http/client.py "
-    "pickle.py codecs.py datetime.py functools.py contextlib.py dataclasses.py enum.py "
-    "asyncio/events.py difflib.py doctest.py pdb.py tempfile.py configparser.py statistics.py "
-    "string.py mailbox.py optparse.py weakref.py ast.py"
-).split()
-TRAIN_SENTENCES, DEV_SENTENCES = 800, 200
-
-
-def _prose_sentences():
-    """Real English sentences from the installed Python's docstrings (data/corpus/stdlib_text.py),
-    as word and punctuation tokens, 6 to 30 of them; shuffled with a fixed seed."""
-    root = sysconfig.get_paths()["stdlib"]
-    found = set()
-    for name in PROSE_MODULES:
-        for sentence in stdlib_text.document_sentences(os.path.join(root, name)):
-            tokens = re.findall(r"\w+|[^\w\s]", sentence)
-            if (
-                re.fullmatch(r"[A-Za-z ,.'-]+", sentence)
-                and sentence.endswith(".")
-                and 6 <= len(tokens) <= 30
-            ):
-                found.add(" ".join(tokens))
-    sentences = sorted(found)
-    random.Random(0).shuffle(sentences)
-    return sentences
-
 
 @pytest.fixture(scope="module")
 def word_order_task(tmp_path_factory):
-    """SST-2's layout, label 1 for a sentence as written, 0 for the same sentence with its tokens
-    in reverse order (the final "." comes first). Every training sentence appears both ways, so
-    no word or sentence tells the label, only the order does; the dev sentences are others, one
-    way each, the labels alternating (balanced)."""
-    root = tmp_path_factory.mktemp("word_order")
-    sentences = _prose_sentences()
-    assert len(sentences) >= TRAIN_SENTENCES + DEV_SENTENCES, f"only {len(sentences)} prose sentences"
-    splits = {"train": sentences[:TRAIN_SENTENCES], "dev": sentences[TRAIN_SENTENCES:][:DEV_SENTENCES]}
-    (root / "SST-2").mkdir()
-    for split, chosen in splits.items():
-        lines = ["sentence\tlabel"]
-        for i, sentence in enumerate(chosen):
-            tokens = sentence.split(" ")
-            for label in (0, 1) if split == "train" else (i % 2,):
-                lines.append(f"{' '.join(tokens if label else tokens[::-1])}\t{label}")
-        (root / "SST-2" / f"{split}.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    files = _write_model_files(str(root / "model"), splits["train"] + splits["dev"])
-    return {"data_dir": str(root), **files}
+    return write_word_order_task(tmp_path_factory.mktemp("word_order"))
 
 
 def _dev_accuracy(output_dir, data_dir):
@@ -669,7 +595,7 @@ def test_two_horovod_workers_equal_one_worker_with_the_doubled_batch(model_files
     if not os.path.exists(horovodrun):
         pytest.skip("horovodrun is missing: scripts/setup.sh builds Horovod")
     # Dropout off: the two runs must not depend on per-process random streams.
-    files = _write_model_files(
+    files = write_model_files(
         str(tmp_path / "model"), _fixture_texts(), hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0
     )
     common = dict(task_name="MRPC", data_dir=GLUE, num_train_epochs=3, save_checkpoints_steps=2)

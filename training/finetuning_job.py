@@ -61,6 +61,7 @@ class FineTuningSettings:
     save_checkpoints_steps: int = 1000
     keep_checkpoints: int = 3
     log_every_n_steps: int = 10
+    eval_every_n_steps: int = 0  # 0: evaluate after training only
     seed: int = 12345
     deterministic: bool = True
     export_dir: str | None = None
@@ -90,6 +91,10 @@ def validate(s: FineTuningSettings) -> None:
     ):
         if getattr(s, name) < 1:
             raise UserError(f"--{name} must be at least 1 (got {getattr(s, name)}).")
+    if s.eval_every_n_steps < 0:
+        raise UserError(f"--eval_every_n_steps must be 0 (off) or positive (got {s.eval_every_n_steps}).")
+    if s.eval_every_n_steps and not (s.do_train and s.do_eval):
+        raise UserError("--eval_every_n_steps evaluates during training: it needs --do_train and --do_eval.")
     if not s.learning_rate > 0:
         raise UserError(f"--learning_rate must be > 0 (got {s.learning_rate}).")
     if s.do_train and not s.num_train_epochs > 0:
@@ -184,6 +189,24 @@ def predict(step, arrays: dict, batch_size: int, progress_name: str, stream) -> 
                 parts.setdefault(name, []).append(np.asarray(value)[:real])
             progress(real)
     return {name: np.concatenate(values) for name, values in parts.items()}
+
+
+def periodic_evaluation(step, task, split: str, every: int, last: int, features, batch_size: int, log):
+    """loop.train's after_update for --eval_every_n_steps: every `every` updates before the last
+    (whose evaluation follows training), the official metrics of `split` into the log (log.jsonl's
+    {"step", "eval"} lines and TensorBoard's eval/ scalars); nothing is written on other ranks."""
+    arrays, context = features
+
+    def after_update(current: int) -> None:
+        if current % every or current >= last or not log.enabled:
+            return
+        outputs = predict(step, arrays, batch_size, f"evaluate {split} at step {current}", log.stream)
+        metrics = task.dev_metrics(split, outputs, context)
+        if metrics is not None:
+            log.record_eval(current, {"split": split, **metrics})
+            print(f"{split} at step {current}: " + json.dumps(metrics), file=log.stream, flush=True)
+
+    return after_update
 
 
 def _print_resolved(resolved: dict, stream) -> None:
@@ -306,6 +329,15 @@ def run(s: FineTuningSettings, task, stream=None) -> dict:
             enabled=chief,
             stream=out,
         )
+        after_update = None
+        if s.eval_every_n_steps:
+            split = task.prediction_splits(do_eval=True, do_predict=False)[0]
+            features = (
+                task.predict_features(split, tokenizer, s.max_seq_length, stream=out) if chief else None
+            )
+            after_update = periodic_evaluation(
+                step, task, split, s.eval_every_n_steps, steps, features, s.predict_batch_size, log
+            )
         result["train"] = loop.train(
             step,
             iterator,
@@ -313,6 +345,7 @@ def run(s: FineTuningSettings, task, stream=None) -> dict:
             log,
             num_train_steps=steps,
             save_checkpoints_steps=s.save_checkpoints_steps,
+            after_update=after_update,
         )
     elif resume_from:
         load_weights(model, resume_from)

@@ -85,27 +85,43 @@ class GlueTask:
         examples, features = self._read(split, tokenizer, max_seq_length, stream)
         return {k: features[k] for k in FEATURE_KEYS[:3]}, (examples, features)
 
-    def write_predictions(self, split, outputs: dict, context, output_dir: str) -> dict | None:
-        """Test splits: the submission file (MRPC.tsv, MNLI-m.tsv, ...). Dev splits:
-        <split>_predictions.tsv (index, prediction) and the official metrics, returned."""
-        from data.glue import label_strings, submission_file_name, write_submission
+    def _predicted(self, outputs: dict):
+        """(scores: logits, or STS-B's one score per row; label strings)."""
+        from data.glue import label_strings
+
+        logits = outputs["logits"]
+        scores = logits.reshape(-1) if self.task.is_regression else logits
+        return scores, label_strings(self.task, scores)
+
+    def _metrics(self, split, context, predicted) -> dict | None:
         from data.glue_metrics import compute
 
         examples, features = context
-        logits = outputs["logits"]
-        scores = logits.reshape(-1) if self.task.is_regression else logits
+        if split.startswith("test") or not features["has_labels"].all():
+            return None
+        gold = [str(e.label) for e in examples]
+        name = {"dev_matched": "MNLI-m", "dev_mismatched": "MNLI-mm"}.get(split, self.task.name)
+        return {**compute(name, gold, predicted), "examples": len(examples)}
+
+    def dev_metrics(self, split, outputs: dict, context) -> dict | None:
+        """The official metrics of a labelled split's outputs, writing nothing (evaluations
+        during training)."""
+        return self._metrics(split, context, self._predicted(outputs)[1])
+
+    def write_predictions(self, split, outputs: dict, context, output_dir: str) -> dict | None:
+        """Test splits: the submission file (MRPC.tsv, MNLI-m.tsv, ...). Dev splits:
+        <split>_predictions.tsv (index, prediction) and the official metrics, returned."""
+        from data.glue import submission_file_name, write_submission
+
+        examples, _ = context
+        scores, predicted = self._predicted(outputs)
         if split.startswith("test"):
             write_submission(
                 os.path.join(output_dir, submission_file_name(self.task, split)), self.task, examples, scores
             )
             return None
-        predicted = label_strings(self.task, scores)
         with atomic_write(os.path.join(output_dir, f"{split}_predictions.tsv")) as f:
             f.write("index\tprediction\n")
             for i, value in enumerate(predicted):
                 f.write(f"{i}\t{value}\n")
-        if not features["has_labels"].all():
-            return None
-        gold = [str(e.label) for e in examples]
-        name = {"dev_matched": "MNLI-m", "dev_mismatched": "MNLI-mm"}.get(split, self.task.name)
-        return {**compute(name, gold, predicted), "examples": len(examples)}
+        return self._metrics(split, context, predicted)

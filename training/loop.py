@@ -67,10 +67,20 @@ def _diverged(checkpointer, at_step: int, metrics: dict, why: str) -> TrainingDi
 
 
 def train(
-    step, micro_batches, checkpointer, log, *, num_train_steps: int, save_checkpoints_steps: int
+    step,
+    micro_batches,
+    checkpointer,
+    log,
+    *,
+    num_train_steps: int,
+    save_checkpoints_steps: int,
+    after_update=None,
 ) -> dict | None:
     """Runs updates from optimizer.iterations to `num_train_steps`; returns the last metrics
     (None when there was nothing left to do).
+
+    after_update: called with the step count after each applied update (and its checkpoint), on
+    every worker; fine-tuning's periodic dev evaluation hangs here.
 
     micro_batches: an iterator of feature dicts (this worker's input; its position is what the
     checkpointer saves). Every worker runs this function; only rank 0 writes the checkpoint
@@ -107,6 +117,8 @@ def train(
             )
             if current % save_checkpoints_steps == 0 or current == num_train_steps:
                 checkpointer.save(current)
+            if after_update is not None:
+                after_update(current)
     finally:
         log.close()
     return metrics

@@ -1,7 +1,8 @@
 """What a training run reports (rank 0): log.jsonl, TensorBoard events, progress lines with ETA,
 and NVIDIA's closing "Throughput Average (sequences/sec)" over steady steps.
 
-    <output_dir>/log.jsonl          one JSON object per logged step
+    <output_dir>/log.jsonl          one JSON object per logged step; {"step", "eval": {...}} for an
+                                    evaluation during training (fine-tuning's --eval_every_n_steps)
     <output_dir>/tensorboard/       tf.summary event files (train/..., eval/...)
 
 Throughput counts only steady updates: the first update of a process (it compiles the XLA
@@ -146,9 +147,15 @@ class MetricsLog:
         return entry
 
     def record_eval(self, step: int, results: dict) -> None:
+        """Evaluation results at `step`: TensorBoard's eval/ scalars and, while training (the log
+        file is open), a {"step", "eval": results} line in log.jsonl."""
         if not self.enabled:
             return
         self._scalars(step, "eval", results)
+        if self._file is not None:
+            values = {k: _json_number(v) for k, v in results.items()}
+            self._file.write(json.dumps({"step": step, "eval": values}) + "\n")
+            self._file.flush()
 
     def throughput(self) -> float | None:
         """Sequences per second over the steady updates (None before the second update)."""

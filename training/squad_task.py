@@ -129,12 +129,12 @@ class SquadTask:
         arrays = features_to_arrays(features)
         return {k: arrays[k] for k in PREDICT_KEYS}, (examples, features)
 
-    def write_predictions(self, split, outputs: dict, context, output_dir: str) -> dict | None:
-        """Writes the prediction files; returns the official metrics when the file has answers."""
-        from data import squad, squad_metrics
+    def _postprocess(self, outputs: dict, context):
+        """(predictions, nbest, null_odds) by Google's n-best decoding."""
+        from data import squad
 
         examples, features = context
-        predictions, nbest, null_odds = squad.postprocess(
+        return squad.postprocess(
             examples,
             features,
             outputs["start_logits"],
@@ -144,9 +144,11 @@ class SquadTask:
             version_2_with_negative=self.version_2_with_negative,
             null_score_diff_threshold=self.null_score_diff_threshold,
         )
-        squad.write_predictions(
-            output_dir, predictions, nbest, null_odds if self.version_2_with_negative else None
-        )
+
+    def _metrics(self, context, predictions, null_odds) -> dict | None:
+        from data import squad_metrics
+
+        examples, _ = context
         if not any(e.answers or e.is_impossible for e in examples):
             return None  # a test file without answers: predictions only
         return squad_metrics.evaluate(
@@ -155,3 +157,18 @@ class SquadTask:
             na_probs=null_odds if self.version_2_with_negative else None,
             version="2.0" if self.version_2_with_negative else "1.1",
         )
+
+    def dev_metrics(self, split, outputs: dict, context) -> dict | None:
+        """The official metrics of the predictions, writing nothing (evaluations during training)."""
+        predictions, _, null_odds = self._postprocess(outputs, context)
+        return self._metrics(context, predictions, null_odds)
+
+    def write_predictions(self, split, outputs: dict, context, output_dir: str) -> dict | None:
+        """Writes the prediction files; returns the official metrics when the file has answers."""
+        from data import squad
+
+        predictions, nbest, null_odds = self._postprocess(outputs, context)
+        squad.write_predictions(
+            output_dir, predictions, nbest, null_odds if self.version_2_with_negative else None
+        )
+        return self._metrics(context, predictions, null_odds)

@@ -1,0 +1,199 @@
+r"""Searches fine-tuning hyperparameters (learning rate, batch size, epochs, warmup, seed) with
+Optuna: each trial is a run of run_classifier.py or run_squad.py, pruned early when its dev metric
+lags, and the study ends with a table, the best trial's parameters and checkpoint, and plots.
+
+    python run_tune.py --task_name=MRPC --data_dir=data/glue/MRPC --init_checkpoint=results/phase_2 \
+        --output_dir=results/tune_mrpc --n_trials=20 --learning_rate_range=1e-5,1e-4 \
+        --train_batch_size_choices=16,32 --num_train_epochs_choices=2,3,4
+
+    # several workers (processes or machines) on one study: a database URL
+    python run_tune.py ... --storage=postgresql://user:pass@db-host/optuna --study_name=mrpc
+
+The space: --search_space FILE (YAML or JSON: `learning_rate: {low: 1e-5, high: 1e-4, log: true}`,
+`train_batch_size: [16, 32]`, `seed: 7`) or the *_range / *_choices flags, which override the
+file's entries; a tuned parameter given as its plain fine-tuning flag (--learning_rate=3e-5) is
+fixed at that value. Without either: learning rate 1e-5..1e-4 log-uniform, batch 16/32, epochs
+2/3/4 (the BERT paper's grid). Every other fine-tuning flag given here (--init_checkpoint,
+--max_seq_length, --use_xla, SQuAD's --train_file ...) goes to every trial as given; flags not
+given take run_classifier.py's / run_squad.py's defaults.
+
+--storage defaults to <output_dir>/study.db (SQLite). Re-running the same command continues the
+study; a trial whose worker died is recorded as failed and replaced. --num_gpus > 1 launches each
+trial through horovodrun (--launcher_args, e.g. "--gloo -H localhost:2").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+
+from common import cli
+
+PROG = "run_tune"
+# Fine-tuning flags the tuner sets itself for every trial.
+SET_BY_TUNER = (
+    "output_dir",
+    "do_train",
+    "do_eval",
+    "do_predict",
+    "export_dir",
+    "triton_repository",
+    "eval_every_n_steps",
+)
+DEFAULT_EVAL_EVERY = 100
+
+
+def define_flags(fv) -> None:
+    from absl import flags
+
+    import finetuning_cli
+    from training import tuning
+
+    finetuning_cli.define_flags(
+        fv,
+        max_seq_length=128,
+        learning_rate=2e-5,
+        train_batch_size=32,
+        epochs=3.0,
+        output_dir_help="The study's directory: trial_<n>/ per trial, study.db (the default storage), "
+        "trials.tsv, best_trial.json and the plots.",
+    )
+    finetuning_cli.define_glue_flags(
+        fv, task_help="SQuAD, or a GLUE task: CoLA, SST-2, MRPC, STS-B, QQP, MNLI, QNLI, RTE, WNLI."
+    )
+    finetuning_cli.define_squad_flags(fv)
+
+    def string(name, default, help_text):
+        flags.DEFINE_string(name, default, help_text, flag_values=fv)
+
+    def integer(name, default, help_text):
+        flags.DEFINE_integer(name, default, help_text, flag_values=fv)
+
+    string("search_space", None, "YAML/JSON file of the space (see the module doc).")
+    string("learning_rate_range", None, "LOW,HIGH: learning rate per worker, log-uniform.")
+    string("train_batch_size_choices", None, "Batch sizes to choose from, e.g. 16,32.")
+    string("num_train_epochs_choices", None, "Epoch counts to choose from, e.g. 2,3,4.")
+    string("warmup_proportion_range", None, "LOW,HIGH: warmup proportion, uniform.")
+    string("seed_choices", None, "Seeds to choose from, e.g. 1,2,3.")
+    string(
+        "metric", None, "Dev metric to maximise; default the task's main one (MRPC f1, SQuAD f1, CoLA ...)."
+    )
+    integer("n_trials", 20, "Trials to finish (complete or pruned), counting every worker's.")
+    string("timeout", None, "Start no trial after this long (3600, 90m, 2h); a running trial finishes.")
+    flags.DEFINE_enum("sampler", "tpe", list(tuning.SAMPLERS), "TPE, or random sampling.", flag_values=fv)
+    integer("sampler_seed", None, "Seed of the sampler (a reproducible sequence of trials).")
+    flags.DEFINE_enum(
+        "pruner", "median", list(tuning.PRUNERS), "Median, successive halving, or none.", flag_values=fv
+    )
+    integer("pruner_startup_trials", 5, "The median pruner prunes nothing before this many trials ended.")
+    string("study_name", None, "Optuna study name; default the output directory's name.")
+    string(
+        "storage", None, "Optuna storage URL (postgresql://, mysql+pymysql://, sqlite:///); default SQLite."
+    )
+    integer("num_gpus", 1, "Workers per trial; more than 1 launches each trial through horovodrun.")
+    string("launcher_args", "", "Extra arguments for horovodrun, e.g. '--gloo -H localhost:2'.")
+    integer("heartbeat_seconds", 60, "Trial heartbeat; a trial silent for 3 beats is marked failed.")
+
+
+def _space(F):
+    from training import tuning
+
+    overrides = {}
+    for name, flag, log in (
+        ("learning_rate", "learning_rate_range", True),
+        ("warmup_proportion", "warmup_proportion_range", False),
+    ):
+        if F[flag].value is not None:
+            overrides[name] = (tuning.parse_range(F[flag].value, flag, log), f"--{flag}")
+    for name in ("train_batch_size", "num_train_epochs", "seed"):
+        flag = f"{name}_choices"
+        if F[flag].value is not None:
+            overrides[name] = (tuning.parse_choices(F[flag].value, flag), f"--{flag}")
+    for name in tuning.PARAMETERS:  # a plain fine-tuning flag fixes the parameter
+        if F[name].present:
+            overrides[name] = (F[name].value, f"--{name}")
+    file_spec = tuning.read_space_file(F.search_space) if F.search_space else None
+    return tuning.build_space(file_spec, overrides, f"--search_space {F.search_space}")
+
+
+def _trial_flags(F, squad: bool) -> tuple[str, ...]:
+    """The fine-tuning flags given on this command line that every trial gets."""
+    import finetuning_cli
+    from training import tuning
+    from training.finetuning_job import FineTuningSettings
+
+    shared = [n for n in FineTuningSettings.__dataclass_fields__ if n in F]
+    shared += ["precision", "amp", "use_horovod"]
+    task = finetuning_cli.SQUAD_FLAGS if squad else finetuning_cli.GLUE_FLAGS
+    names = [
+        n for n in dict.fromkeys([*shared, *task]) if n not in SET_BY_TUNER and n not in tuning.PARAMETERS
+    ]
+    return tuple(F[n].serialize() for n in names if F[n].present)
+
+
+def _check_task(F, squad: bool, eval_every: int) -> None:
+    """The fine-tuning flags and files, checked as a trial would check them, before any trial."""
+    import finetuning_cli
+    from training import finetuning_job
+
+    task = finetuning_cli.squad_task(F) if squad else finetuning_cli.glue_task(F)
+    task.validate(do_train=True, do_eval=True, do_predict=False)
+    settings = dataclasses.replace(
+        finetuning_cli.settings_from_flags(F),
+        output_dir=F.output_dir or ".",
+        do_train=True,
+        do_eval=True,
+        do_predict=False,
+        export_dir=None,
+        triton_repository=None,
+        eval_every_n_steps=eval_every,
+    )
+    finetuning_job.validate(settings)
+    finetuning_job.load_model_files(settings, None)
+
+
+def run(F) -> int:
+    from common.errors import UserError
+    from training import tuning
+
+    cli.required(F, "task_name", "output_dir")
+    squad = tuning.is_squad(F.task_name)
+    tuning.task_metrics(F.task_name, F.version_2_with_negative)  # an unknown task, first
+    for name in SET_BY_TUNER[2:]:
+        if F[name].present and name != "eval_every_n_steps":
+            raise UserError(f"--{name} is set by the tuner for every trial; leave it out.")
+    eval_every = F.eval_every_n_steps if F["eval_every_n_steps"].present else DEFAULT_EVAL_EVERY
+    settings = tuning.TuneSettings(
+        output_dir=F.output_dir,
+        task_name=F.task_name,
+        space=_space(F),
+        trial_flags=_trial_flags(F, squad),
+        metric=F.metric,
+        version_2_with_negative=F.version_2_with_negative,
+        n_trials=F.n_trials,
+        timeout_seconds=tuning.parse_timeout(F.timeout),
+        sampler=F.sampler,
+        sampler_seed=F.sampler_seed,
+        pruner=F.pruner,
+        pruner_startup_trials=F.pruner_startup_trials,
+        eval_every_n_steps=eval_every,
+        study_name=F.study_name,
+        storage=F.storage,
+        num_gpus=F.num_gpus,
+        launcher_args=F.launcher_args,
+        heartbeat_seconds=F.heartbeat_seconds,
+    )
+    tuning.validate(settings)
+    _check_task(F, squad, eval_every)
+    tuning.run(settings)
+    return 0
+
+
+def main(argv=None) -> int:
+    return cli.main(
+        define_flags, run, [PROG, *(sys.argv[1:] if argv is None else argv)], doc=__doc__, prog=PROG
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

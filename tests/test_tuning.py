@@ -1,0 +1,348 @@
+"""Fine-tuning hyperparameter search (run_tune.py, training/tuning.py) on Optuna, with real
+trials: each is a run_classifier.py process fine-tuning a tiny BERT from random init on the
+word-order task (tests/word_order.py), which a learning rate of 1e-3 learns within 75 updates
+(dev accuracy 1.0) and 1e-7 never does (0.5).
+
+- a 6-trial study: the median pruner cuts the failing learning rate's trials, the table, the
+  best trial (with its checkpoint) and both plots are written, and what Optuna recorded equals
+  what the trials logged; re-running the finished study runs nothing;
+- two workers sharing one SQLite study run exactly n_trials trials between them; a worker killed
+  mid-trial and re-run leaves its trial marked failed and the study complete;
+- bad input (empty or inverted range, unknown task or metric, unreachable storage, a bad space
+  file) is one sentence and exit status 2 before any trial starts.
+"""
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import optuna
+import pytest
+import tensorflow as tf
+
+import run_tune
+from conftest import ROOT, logged_steps, worker_env
+from training import tuning
+from word_order import write_model_files, write_word_order_task
+
+GOOD, BAD = 1e-3, 1e-7
+# 4 epochs of the 1,600 training rows at batch 32 = 200 updates, the dev set scored every 25.
+TRIAL_FLAGS = {
+    "task_name": "SST-2",
+    "max_seq_length": 32,
+    "train_batch_size": 32,
+    "num_train_epochs": 4,
+    "predict_batch_size": 100,
+    "use_xla": "false",
+    "log_every_n_steps": 25,
+    "save_checkpoints_steps": 100,
+    "eval_every_n_steps": 25,
+}
+UPDATES = 200
+
+
+@pytest.fixture(scope="module")
+def task(tmp_path_factory):
+    return write_word_order_task(tmp_path_factory.mktemp("word_order"))
+
+
+def _argv(task, output_dir, **values):
+    values = {
+        "data_dir": task["data_dir"],
+        "bert_config_file": task["bert_config_file"],
+        "vocab_file": task["vocab_file"],
+        "output_dir": str(output_dir),
+        **TRIAL_FLAGS,
+        **values,
+    }
+    return [f"--{k}={v}" for k, v in values.items() if v is not None]
+
+
+def _rows(output_dir):
+    with open(os.path.join(output_dir, "trials.tsv"), encoding="utf-8") as f:
+        header, *lines = [line.rstrip("\n").split("\t") for line in f]
+    return [dict(zip(header, line)) for line in lines]
+
+
+def _study(output_dir, name=None):
+    return optuna.load_study(
+        study_name=name or os.path.basename(output_dir), storage=f"sqlite:///{output_dir}/study.db"
+    )
+
+
+def _evals(trial_dir):
+    """{step: dev accuracy} from a trial's log.jsonl eval lines."""
+    with open(os.path.join(trial_dir, "log.jsonl"), encoding="utf-8") as f:
+        entries = [json.loads(line) for line in f]
+    return {e["step"]: e["eval"]["accuracy"] for e in entries if "eval" in e}
+
+
+@pytest.mark.slow
+def test_six_trials_prune_the_failing_learning_rate_and_report(task, tmp_path, capsys):
+    space = tmp_path / "space.yaml"
+    space.write_text(f"learning_rate: [{GOOD}, {BAD}]\n", encoding="utf-8")
+    out = tmp_path / "study"
+    # Sampler seed 6 draws good, good, bad, good, bad, bad (checked below); pruning starts
+    # after two complete trials, whose median at update 75 is 1.0.
+    argv = _argv(
+        task,
+        out,
+        search_space=space,
+        n_trials=6,
+        sampler_seed=6,
+        pruner="median",
+        pruner_startup_trials=2,
+    )
+    assert run_tune.main(argv) == 0
+    printed = capsys.readouterr().out
+
+    rows = _rows(out)
+    assert [int(r["trial"]) for r in rows] == list(range(6))
+    drawn = [float(r["learning_rate"]) for r in rows]
+    assert drawn == [GOOD, GOOD, BAD, GOOD, BAD, BAD]
+    for row in rows:
+        if float(row["learning_rate"]) == GOOD:
+            assert row["state"] == "complete" and float(row["accuracy"]) >= 0.9
+            assert int(row["last_step"]) == UPDATES
+        else:
+            # Cut at its first evaluation below the median (update 75 or 100), long before 200.
+            assert row["state"] == "pruned", row
+            assert float(row["accuracy"]) == pytest.approx(0.5, abs=0.06)
+            assert int(row["last_step"]) < UPDATES
+    assert sum(r["state"] == "pruned" for r in rows) == 3
+
+    # What Optuna holds is what each trial's fine-tuning logged.
+    study = _study(str(out))
+    for trial in study.trials:
+        logged = _evals(trial.user_attrs["output_dir"])
+        reported = dict(trial.intermediate_values)
+        if trial.state == optuna.trial.TrialState.COMPLETE:
+            final = json.load(open(os.path.join(trial.user_attrs["output_dir"], "eval_results.json")))
+            assert trial.value == final["accuracy"] and reported.pop(UPDATES) == final["accuracy"]
+        assert reported == {step: logged[step] for step in reported}
+        assert sorted(reported) == sorted(logged)[: len(reported)]
+
+    best = json.load(open(out / "best_trial.json"))
+    assert best["params"]["learning_rate"] == GOOD and best["value"] >= 0.9
+    assert best["checkpoint"] == tf.train.latest_checkpoint(best["output_dir"])
+    assert best["checkpoint"].endswith(f"ckpt-{UPDATES}")
+    assert f"Best: trial {best['trial']}  accuracy {best['value']:.4f}" in printed
+
+    for stem in tuning.PLOTS:
+        with open(out / f"{stem}.png", "rb") as f:
+            assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+        page = (out / f"{stem}.html").read_text(encoding="utf-8")
+        assert 'src="plotly.min.js"' in page and "trial 2" in page
+    assert (out / "plotly.min.js").stat().st_size > 1_000_000  # the pages open offline
+    assert "(pruned)" in (out / "dev_metric_by_step.html").read_text(encoding="utf-8")
+
+    # The same command on the finished study: no new trial, the same table.
+    assert run_tune.main(argv) == 0
+    assert len(_study(str(out)).trials) == 6
+    assert "6/6" not in capsys.readouterr().out  # nothing ran
+
+
+def _worker(task, out, log_path, **values):
+    argv = _argv(
+        task,
+        out,
+        n_trials=3,
+        learning_rate=GOOD,
+        num_train_epochs=2,
+        eval_every_n_steps=50,
+        pruner="none",
+        heartbeat_seconds=2,
+        **values,
+    )
+    log = open(log_path, "w")
+    command = [sys.executable, os.path.join(ROOT, "run_tune.py"), *argv]
+    return subprocess.Popen(command, cwd=ROOT, env=worker_env(), stdout=log, stderr=subprocess.STDOUT)
+
+
+def _started_trial(log_path, worker, timeout_s=180):
+    """The number of the first trial a worker's console announces."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert worker.poll() is None, open(log_path).read()
+        for line in open(log_path):
+            if "] trial " in line and "->" in line:
+                return int(line.split("] trial ")[1].split(":")[0])
+        time.sleep(0.2)
+    raise AssertionError("the worker started no trial")
+
+
+@pytest.mark.slow
+def test_two_workers_share_one_sqlite_study_and_a_killed_workers_trial_is_failed(task, tmp_path):
+    out = tmp_path / "study"
+    a = _worker(task, out, tmp_path / "a.log")
+    b = _worker(task, out, tmp_path / "b.log")
+    # Kill worker b (SIGKILL: no clean-up) once its trial has trained some updates.
+    killed = _started_trial(tmp_path / "b.log", b)
+    trial_dir = out / f"trial_{killed:03d}"
+    deadline = time.monotonic() + 180
+    while not logged_steps(trial_dir / "log.jsonl"):
+        assert b.poll() is None and time.monotonic() < deadline, open(tmp_path / "b.log").read()
+        time.sleep(0.05)
+    b.send_signal(signal.SIGKILL)
+    b.wait()
+    # Its fine-tuning process dies with it (no orphan writes into the trial directory).
+    time.sleep(2)
+    steps = logged_steps(trial_dir / "log.jsonl")
+    time.sleep(3)
+    assert logged_steps(trial_dir / "log.jsonl") == steps
+
+    b = _worker(task, out, tmp_path / "b2.log")  # the same command again
+    for worker, log in ((a, "a.log"), (b, "b2.log")):
+        assert worker.wait(timeout=600) == 0, open(tmp_path / log).read()
+
+    study = _study(str(out))
+    states = {t.number: t.state.name for t in study.trials}
+    assert states[killed] == "FAIL"
+    finished = [n for n, state in states.items() if state == "COMPLETE"]
+    assert len(finished) == 3 and len(states) == 4  # exactly n_trials ran to the end, plus the killed one
+    # No trial ran twice: one directory per trial, each with one run's log.
+    assert sorted(os.listdir(out)) == sorted(
+        [f"trial_{n:03d}" for n in states]
+        + ["study.db", "trials.tsv", "best_trial.json", "plotly.min.js"]
+        + [f"{stem}.{ext}" for stem in tuning.PLOTS for ext in ("png", "html")]
+    )
+    for number in finished:
+        trial_out = out / f"trial_{number:03d}"
+        assert logged_steps(trial_out / "log.jsonl") == [25, 50, 50, 75, 100]  # 50: update and eval
+        with open(trial_out / "train.log") as f:
+            assert f.read().count("Resolved fine-tuning settings") == 1
+    # Both workers finished trials.
+    hosts_dirs = {t.user_attrs["output_dir"] for t in study.trials}
+    assert len(hosts_dirs) == 4
+    with sqlite3.connect(out / "study.db") as db:
+        assert db.execute("select count(*) from trials").fetchone()[0] == 4
+
+
+# --- bad input: one sentence, exit 2, nothing started --------------------------------------
+
+
+@pytest.fixture(scope="module")
+def mrpc_files(tmp_path_factory):
+    root = tmp_path_factory.mktemp("mrpc_model")
+    return write_model_files(str(root), ["the quick brown fox"])
+
+
+def _error(argv, capsys):
+    assert run_tune.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("run_tune: error: ") and "\n" not in err and "Traceback" not in err
+    return err
+
+
+def _mrpc(files, out, **values):
+    values = {
+        "task_name": "MRPC",
+        "data_dir": os.path.join(ROOT, "tests", "fixtures", "glue", "MRPC"),
+        "bert_config_file": files["bert_config_file"],
+        "vocab_file": files["vocab_file"],
+        "output_dir": str(out),
+        "max_seq_length": 64,
+        **values,
+    }
+    return [f"--{k}={v}" for k, v in values.items()]
+
+
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        ({"learning_rate_range": "1e-4,1e-4"}, "--learning_rate_range: learning_rate's range is empty"),
+        ({"learning_rate_range": "1e-3,1e-5"}, "learning_rate's range is inverted (low 0.001 > high 1e-05)"),
+        ({"learning_rate_range": "0,1e-3"}, "--learning_rate_range: learning_rate must be > 0"),
+        ({"train_batch_size_choices": ""}, "--train_batch_size_choices: train_batch_size has an empty list"),
+        ({"warmup_proportion_range": "0.1,1.5"}, "warmup_proportion must lie in [0, 1]"),
+        ({"task_name": "MRCP"}, "Unknown --task_name 'MRCP'; choose SQuAD or a GLUE task"),
+        ({"metric": "bleu"}, "--metric 'bleu' is not one of MRPC's dev metrics: f1, accuracy."),
+        ({"storage": "postgresql://bert:secret@127.0.0.1:1/optuna"}, "Cannot open the study storage"),
+        ({"timeout": "soon"}, "--timeout must be a duration"),
+        ({"data_dir": "/nonexistent/glue"}, "--data_dir /nonexistent/glue is not a directory."),
+    ],
+)
+def test_bad_input_is_one_sentence_before_any_trial(mrpc_files, tmp_path, capsys, values, message):
+    out = tmp_path / "study"
+    err = _error(_mrpc(mrpc_files, out, **values), capsys)
+    assert message in err
+    assert "secret" not in err  # a URL's password is not printed
+    assert not out.exists() or not [p for p in os.listdir(out) if p.startswith("trial_")]
+
+
+def test_bad_space_files_name_the_file_and_the_problem(mrpc_files, tmp_path, capsys):
+    cases = {
+        "unknown.yaml": ("dropout: [0.1]\n", "unknown parameter 'dropout'"),
+        "broken.yaml": ("learning_rate: [1e-5,\n", "line "),
+        "list.json": ('["learning_rate"]', "must map parameter names to choices or ranges"),
+        "shape.yaml": ("learning_rate: {low: 1e-5}\n", "must be a list, a value or {low, high[, log]}"),
+    }
+    for name, (text, message) in cases.items():
+        path = tmp_path / name
+        path.write_text(text, encoding="utf-8")
+        err = _error(_mrpc(mrpc_files, tmp_path / "study", search_space=path), capsys)
+        assert message in err and name in err, err
+    err = _error(_mrpc(mrpc_files, tmp_path / "study", search_space=tmp_path / "missing.yaml"), capsys)
+    assert "missing.yaml does not exist" in err
+
+
+def test_a_study_run_with_another_metric_is_refused(mrpc_files, tmp_path, capsys):
+    out = tmp_path / "study"
+    settings = tuning.TuneSettings(output_dir=str(out), task_name="MRPC", space=tuning.build_space(None, {}))
+    os.makedirs(out)
+    tuning.create_study(settings, "f1", tuning.open_storage(tuning.storage_url(settings), 60))
+    err = _error(_mrpc(mrpc_files, out, metric="accuracy"), capsys)
+    assert "was run with metric 'f1', not 'accuracy'" in err
+
+
+# --- the space and the trial command --------------------------------------------------------
+
+
+def test_space_precedence_default_file_flags_and_fixed_values(tmp_path):
+    assert set(tuning.build_space(None, {})) == {"learning_rate", "train_batch_size", "num_train_epochs"}
+    spec = {
+        "learning_rate": {"low": 2e-5, "high": 5e-5, "log": True},
+        "seed": [1, 2],
+        "warmup_proportion": 0.05,
+    }
+    space = tuning.build_space(spec, {"seed": ([7], "--seed_choices")})
+    assert set(space) == {"learning_rate", "seed", "warmup_proportion"}  # a file replaces the default
+    assert space["learning_rate"] == tuning.Dimension("learning_rate", low=2e-5, high=5e-5, log=True)
+    assert space["seed"].choices == (7,) and space["warmup_proportion"].choices == (0.05,)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    for _ in range(20):
+        trial = study.ask()
+        drawn = {name: dim.suggest(trial) for name, dim in space.items()}
+        assert 2e-5 <= drawn["learning_rate"] <= 5e-5 and drawn["seed"] == 7
+        study.tell(trial, 0.0)
+    assert set(study.trials[0].params) == {"learning_rate"}  # fixed values are not drawn
+
+
+def test_trial_command_passes_the_studys_flags_and_the_trials_parameters(tmp_path):
+    settings = tuning.TuneSettings(
+        output_dir=str(tmp_path),
+        task_name="squad",
+        space={},
+        trial_flags=("--train_file=t.json", "--nouse_xla"),
+        num_gpus=2,
+        launcher_args="--gloo -H localhost:2",
+        eval_every_n_steps=50,
+    )
+    command = tuning.trial_command(settings, {"learning_rate": 3e-5, "train_batch_size": 16}, "/o/trial_001")
+    assert command[:6] == ["horovodrun", "-np", "2", "--gloo", "-H", "localhost:2"]
+    assert command[6:8] == [sys.executable, os.path.join(ROOT, "run_squad.py")]
+    assert command[8:] == [
+        "--train_file=t.json",
+        "--nouse_xla",
+        "--learning_rate=3e-05",
+        "--train_batch_size=16",
+        "--output_dir=/o/trial_001",
+        "--do_train",
+        "--do_eval",
+        "--nodo_predict",
+        "--eval_every_n_steps=50",
+    ]

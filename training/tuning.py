@@ -1,0 +1,826 @@
+"""Fine-tuning hyperparameter search on Optuna: a search space and a task in; trials (each a
+complete fine-tuning run in its own directory), a results table, the best trial and plots out.
+
+run_tune.py turns its flags into `TuneSettings` and calls `run`. Each trial is one run of
+run_classifier.py or run_squad.py in a child process (launched through horovodrun when a trial
+uses several GPUs), with the trial's parameters as flags and --eval_every_n_steps: the dev
+metric it logs while training (log.jsonl's "eval" lines) is reported to Optuna as the trial's
+intermediate values, and the pruner stops a trial whose metric lags (the child is terminated).
+The trial's value is the official metric of its final dev evaluation (eval_results.json).
+
+The study lives in Optuna's storage: an SQLite file in the output directory by default, or a
+database URL that several workers (processes, machines) share. Each worker runs trials until
+`n_trials` of them have ended complete or pruned, counting every worker's; a trial whose worker
+died (its heartbeat stops) is marked failed and its place taken by a new trial. Re-running the
+command continues the study.
+
+    <output_dir>/study.db                  the default storage
+    <output_dir>/trial_<n>/                each trial's output_dir (checkpoints, log.jsonl,
+                                           eval_results.json) and train.log (its console)
+    <output_dir>/trials.tsv                trial, state, parameters, metric, last step, minutes
+    <output_dir>/best_trial.json           the best trial's parameters, metric and checkpoint
+    <output_dir>/dev_metric_by_step.png|.html, learning_rate_vs_metric.png|.html
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import re
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+from common.errors import UserError
+from common.files import atomic_path, atomic_write, ensure_writable_dir, read_json, write_json
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The fine-tuning flags a trial may draw, with their types.
+PARAMETERS = {
+    "learning_rate": float,
+    "train_batch_size": int,
+    "num_train_epochs": float,
+    "warmup_proportion": float,
+    "seed": int,
+}
+# Google's BERT paper's fine-tuning grid, as ranges: what a space leaves out.
+DEFAULT_SPACE = {
+    "learning_rate": {"low": 1e-5, "high": 1e-4, "log": True},
+    "train_batch_size": [16, 32],
+    "num_train_epochs": [2, 3, 4],
+}
+SAMPLERS = ("tpe", "random")
+PRUNERS = ("median", "halving", "none")
+SQUAD_METRICS = {
+    False: ("f1", "exact_match"),
+    True: ("f1", "exact", "best_f1", "best_exact", "HasAns_f1", "HasAns_exact", "NoAns_f1", "NoAns_exact"),
+}
+STORAGE_FILE = "study.db"
+TRIALS_TABLE = "trials.tsv"
+BEST_TRIAL = "best_trial.json"
+PLOTS = ("dev_metric_by_step", "learning_rate_vs_metric")
+
+
+class TrialFailed(Exception):
+    """A trial's fine-tuning run exited with an error (the study records it as failed)."""
+
+
+# --- the search space ----------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Dimension:
+    """One parameter: a list of choices, a [low, high] range (log-uniform when `log`), or one
+    fixed value (choices of one)."""
+
+    name: str
+    choices: tuple = ()
+    low: float | None = None
+    high: float | None = None
+    log: bool = False
+
+    def suggest(self, trial):
+        if len(self.choices) == 1:
+            return self.choices[0]
+        if self.choices:
+            return trial.suggest_categorical(self.name, list(self.choices))
+        if PARAMETERS[self.name] is int:
+            return trial.suggest_int(self.name, int(self.low), int(self.high), log=self.log)
+        return trial.suggest_float(self.name, self.low, self.high, log=self.log)
+
+    def describe(self) -> str:
+        if self.choices:
+            return ", ".join(str(c) for c in self.choices)
+        return f"{self.low:g} .. {self.high:g}{' (log-uniform)' if self.log else ''}"
+
+
+def _value(name: str, value, source: str):
+    kind = PARAMETERS[name]
+    if isinstance(value, str):  # YAML 1.1 reads 1e-5 (no dot) as a string
+        try:
+            value = float(value) if re.search(r"[.eE]", value) else int(value)
+        except ValueError:
+            pass
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise UserError(f"{source}: {name} must be a number (got {value!r}).")
+    if kind is int and float(value) != int(value):
+        raise UserError(f"{source}: {name} must be a whole number (got {value!r}).")
+    value = kind(value)
+    positive = name != "seed" and name != "warmup_proportion"
+    if (positive and not value > 0) or value < 0:
+        raise UserError(f"{source}: {name} must be {'> 0' if positive else '>= 0'} (got {value!r}).")
+    if name == "warmup_proportion" and value > 1:
+        raise UserError(f"{source}: warmup_proportion must lie in [0, 1] (got {value!r}).")
+    return value
+
+
+def parse_dimension(name: str, spec, source: str) -> Dimension:
+    """A Dimension from a space entry: [choices], {low, high, log}, or one value."""
+    if name not in PARAMETERS:
+        raise UserError(f"{source}: unknown parameter {name!r}; the space may hold {', '.join(PARAMETERS)}.")
+    if isinstance(spec, (list, tuple)):
+        if not spec:
+            raise UserError(f"{source}: {name} has an empty list of choices.")
+        values = tuple(dict.fromkeys(_value(name, v, source) for v in spec))
+        return Dimension(name, choices=values)
+    if isinstance(spec, dict):
+        unknown = set(spec) - {"low", "high", "log"}
+        if unknown or not {"low", "high"} <= set(spec):
+            raise UserError(
+                f"{source}: {name} must be a list, a value or {{low, high[, log]}} (got {spec!r})."
+            )
+        low, high = _value(name, spec["low"], source), _value(name, spec["high"], source)
+        log = spec.get("log", False)
+        if not isinstance(log, bool):
+            raise UserError(f"{source}: {name}'s log must be true or false (got {log!r}).")
+        if low > high:
+            raise UserError(f"{source}: {name}'s range is inverted (low {low:g} > high {high:g}).")
+        if low == high:
+            raise UserError(
+                f"{source}: {name}'s range is empty (low = high = {low:g}); give one value instead."
+            )
+        if log and low <= 0:
+            raise UserError(f"{source}: {name}'s log-uniform range needs low > 0 (got {low:g}).")
+        return Dimension(name, low=low, high=high, log=log)
+    return Dimension(name, choices=(_value(name, spec, source),))
+
+
+def read_space_file(path: str) -> dict:
+    """The entries of a search-space file (YAML, or JSON, which YAML reads too)."""
+    import yaml
+
+    if not os.path.isfile(path):
+        raise UserError(f"--search_space {path} does not exist.")
+    try:
+        with open(path, encoding="utf-8") as f:
+            spec = yaml.safe_load(f)
+    except yaml.YAMLError as e:
+        where = getattr(e, "problem_mark", None)
+        line = f" line {where.line + 1}" if where is not None else ""
+        raise UserError(f"--search_space {path}{line} is not valid YAML/JSON ({getattr(e, 'problem', e)}).")
+    if not isinstance(spec, dict) or not spec:
+        raise UserError(f"--search_space {path} must map parameter names to choices or ranges.")
+    return spec
+
+
+def build_space(
+    file_spec: dict | None, overrides: dict[str, tuple], file_source: str = "--search_space"
+) -> dict[str, Dimension]:
+    """The space: DEFAULT_SPACE, replaced by the file's entries when a file is given, then each
+    override (name: (spec, where it came from)) on top."""
+    entries = {name: (spec, "the default space") for name, spec in DEFAULT_SPACE.items()}
+    if file_spec is not None:
+        entries = {name: (spec, file_source) for name, spec in file_spec.items()}
+    entries.update(overrides)
+    return {name: parse_dimension(name, spec, source) for name, (spec, source) in entries.items()}
+
+
+def parse_range(text: str, flag: str, log: bool) -> dict:
+    """'LOW,HIGH' from a flag as a range spec."""
+    parts = [p.strip() for p in text.split(",")]
+    try:
+        low, high = (float(p) for p in parts)
+    except ValueError:
+        raise UserError(f"--{flag} must be LOW,HIGH (two numbers; got {text!r}).") from None
+    return {"low": low, "high": high, "log": log}
+
+
+def parse_choices(text: str, flag: str) -> list:
+    """'A,B,C' from a flag as a list of numbers."""
+    try:
+        return [
+            float(p) if re.search(r"[.eE]", p) else int(p) for p in (p.strip() for p in text.split(",")) if p
+        ]
+    except ValueError:
+        raise UserError(f"--{flag} must be comma-separated numbers (got {text!r}).") from None
+
+
+# --- the task and its metric ---------------------------------------------------------------
+
+
+def task_metrics(task_name: str, version_2_with_negative: bool = False) -> tuple[str, ...]:
+    """The official dev metrics of a task (the first is the default to maximise): SQuAD's
+    evaluation script's keys, GLUE's per-task metrics."""
+    if task_name.strip().lower() in ("squad", "squad1", "squad2"):
+        return SQUAD_METRICS[version_2_with_negative or task_name.strip().lower() == "squad2"]
+    from data.glue import TASKS, get_task
+
+    try:
+        return tuple(get_task(task_name).metrics)
+    except UserError:
+        raise UserError(
+            f"Unknown --task_name {task_name!r}; choose SQuAD or a GLUE task ({', '.join(TASKS)})."
+        ) from None
+
+
+def is_squad(task_name: str) -> bool:
+    return task_name.strip().lower() in ("squad", "squad1", "squad2")
+
+
+# --- settings ------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class TuneSettings:
+    """run_tune.py's flags (see its --help for each)."""
+
+    output_dir: str
+    task_name: str
+    space: dict  # name -> Dimension
+    trial_flags: tuple = ()  # the fine-tuning flags every trial gets (--data_dir=..., --init_checkpoint=...)
+    metric: str | None = None  # default: the task's first official metric
+    version_2_with_negative: bool = False
+    n_trials: int = 20
+    timeout_seconds: float | None = None
+    sampler: str = "tpe"
+    sampler_seed: int | None = None
+    pruner: str = "median"
+    pruner_startup_trials: int = 5
+    eval_every_n_steps: int = 100
+    study_name: str | None = None  # default: the output directory's name
+    storage: str | None = None  # default: sqlite:///<output_dir>/study.db
+    num_gpus: int = 1
+    launcher: str = "horovodrun"
+    launcher_args: str = ""
+    heartbeat_seconds: int = 60
+
+
+def validate(s: TuneSettings) -> str:
+    """UserError naming the first setting that cannot work; returns the metric to maximise."""
+    metrics = task_metrics(s.task_name, s.version_2_with_negative)
+    metric = s.metric or metrics[0]
+    if metric not in metrics:
+        raise UserError(
+            f"--metric {metric!r} is not one of {s.task_name}'s dev metrics: {', '.join(metrics)}."
+        )
+    if not s.output_dir:
+        raise UserError("--output_dir is required (the study's directory).")
+    for name in ("n_trials", "eval_every_n_steps", "num_gpus", "heartbeat_seconds"):
+        if getattr(s, name) < 1:
+            raise UserError(f"--{name} must be at least 1 (got {getattr(s, name)}).")
+    if s.pruner_startup_trials < 0:
+        raise UserError(f"--pruner_startup_trials must be >= 0 (got {s.pruner_startup_trials}).")
+    if s.timeout_seconds is not None and not s.timeout_seconds > 0:
+        raise UserError(f"--timeout must be positive (got {s.timeout_seconds}).")
+    if s.sampler not in SAMPLERS:
+        raise UserError(f"--sampler must be one of {', '.join(SAMPLERS)} (got {s.sampler!r}).")
+    if s.pruner not in PRUNERS:
+        raise UserError(f"--pruner must be one of {', '.join(PRUNERS)} (got {s.pruner!r}).")
+    if not s.space:
+        raise UserError("The search space is empty.")
+    return metric
+
+
+def parse_timeout(text: str | None) -> float | None:
+    """Seconds from '3600', '90m', '2h' or '45s' (None when not given)."""
+    if not text:
+        return None
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", text)
+    if not match:
+        raise UserError(f"--timeout must be a duration such as 3600, 90m or 2h (got {text!r}).")
+    return float(match.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[match.group(2)]
+
+
+# --- storage and study ---------------------------------------------------------------------
+
+
+def _redacted(url: str) -> str:
+    return re.sub(r"(//[^:/@]+:)[^@]*@", r"\1***@", url)
+
+
+def storage_url(s: TuneSettings) -> str:
+    return s.storage or "sqlite:///" + os.path.join(os.path.abspath(s.output_dir), STORAGE_FILE)
+
+
+# Errors of two workers creating a new database's tables at the same moment: the loser retries.
+SCHEMA_RACE = ("UNIQUE constraint failed", "already exists", "Duplicate entry", "database is locked")
+
+
+def open_storage(url: str, heartbeat_seconds: int, attempts: int = 5):
+    """Optuna's RDBStorage at `url` with heartbeats (a worker that dies leaves its trial to be
+    marked failed after 3 missed heartbeats); one clear sentence when it cannot be reached."""
+    import optuna
+
+    engine_kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {"pool_pre_ping": True}
+    for attempt in range(1, attempts + 1):
+        try:
+            with _quiet_experimental():
+                return optuna.storages.RDBStorage(
+                    url,
+                    engine_kwargs=engine_kwargs,
+                    heartbeat_interval=heartbeat_seconds,
+                    grace_period=3 * heartbeat_seconds,
+                )
+        except ImportError as e:  # Optuna wraps the driver's ModuleNotFoundError
+            missing = getattr(e.__cause__, "name", None) or getattr(e, "name", None) or "its database driver"
+            raise UserError(
+                f"--storage {_redacted(url)} needs the Python module {missing!r}; pip install it."
+            ) from None
+        except Exception as e:  # sqlalchemy's errors: bad URL, refused connection, wrong password
+            if attempt < attempts and any(race in str(e) for race in SCHEMA_RACE):
+                time.sleep(0.5 * attempt)
+                continue
+            reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise UserError(f"Cannot open the study storage {_redacted(url)}: {reason}") from None
+
+
+def create_study(s: TuneSettings, metric: str, storage):
+    import optuna
+
+    sampler = (
+        optuna.samplers.RandomSampler(seed=s.sampler_seed)
+        if s.sampler == "random"
+        else optuna.samplers.TPESampler(seed=s.sampler_seed)
+    )
+    pruner = {
+        "median": lambda: optuna.pruners.MedianPruner(n_startup_trials=s.pruner_startup_trials),
+        "halving": lambda: optuna.pruners.SuccessiveHalvingPruner(),
+        "none": lambda: optuna.pruners.NopPruner(),
+    }[s.pruner]()
+    name = s.study_name or os.path.basename(os.path.abspath(s.output_dir))
+    study = optuna.create_study(
+        study_name=name,
+        storage=storage,
+        sampler=sampler,
+        pruner=pruner,
+        direction="maximize",
+        load_if_exists=True,
+    )
+    wanted = {"task": s.task_name.lower(), "metric": metric}
+    for key, value in wanted.items():
+        held = study.user_attrs.get(key)
+        if held is None:
+            study.set_user_attr(key, value)
+        elif held != value:
+            raise UserError(
+                f"Study {name!r} in {_redacted(storage_url(s))} was run with {key} {held!r}, not {value!r}: "
+                "pass another --study_name or --output_dir."
+            )
+    return study
+
+
+def _counts(study) -> dict[str, int]:
+    counts = {state: 0 for state in ("COMPLETE", "PRUNED", "FAIL", "RUNNING", "WAITING")}
+    for trial in study.get_trials(deepcopy=False):
+        counts[trial.state.name] = counts.get(trial.state.name, 0) + 1
+    counts["finished"] = counts["COMPLETE"] + counts["PRUNED"]
+    return counts
+
+
+# --- one trial -----------------------------------------------------------------------------
+
+
+def trial_command(s: TuneSettings, params: dict, trial_dir: str) -> list[str]:
+    """The fine-tuning command of one trial: [launcher ...] python run_classifier.py|run_squad.py
+    <the study's trial flags> <the trial's parameters> --output_dir --do_train --do_eval
+    --eval_every_n_steps."""
+    entry = os.path.join(ROOT, "run_squad.py" if is_squad(s.task_name) else "run_classifier.py")
+    launch = []
+    if s.num_gpus > 1:
+        launch = [s.launcher, "-np", str(s.num_gpus), *shlex.split(s.launcher_args)]
+    flags = [
+        f"--{name}={value!r}" if isinstance(value, float) else f"--{name}={value}"
+        for name, value in params.items()
+    ]
+    return [
+        *launch,
+        sys.executable,
+        entry,
+        *s.trial_flags,
+        *flags,
+        f"--output_dir={trial_dir}",
+        "--do_train",
+        "--do_eval",
+        "--nodo_predict",
+        f"--eval_every_n_steps={s.eval_every_n_steps}",
+    ]
+
+
+def _die_with_parent() -> None:
+    """In the child: SIGKILL when the worker dies (Linux prctl PR_SET_PDEATHSIG), so a killed
+    worker leaves no orphan trial running."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def _stop(child: subprocess.Popen) -> None:
+    """Terminates a trial's process group (the launcher's workers too)."""
+    if child.poll() is not None:
+        return
+    try:
+        os.killpg(child.pid, signal.SIGTERM)
+        child.wait(timeout=30)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        try:
+            os.killpg(child.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        child.wait()
+
+
+def _tail(path: str, lines: int = 5) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            kept = [line.rstrip() for line in f.readlines() if line.strip()][-lines:]
+    except OSError:
+        return ""
+    return " | ".join(kept)
+
+
+def _final_value(trial_dir: str, metric: str) -> float:
+    from training.loop import EVAL_RESULTS_NAME
+
+    results = read_json(os.path.join(trial_dir, EVAL_RESULTS_NAME), "eval results")
+    if metric not in results:  # MNLI: keyed by split, matched first
+        results = next(iter(results.values()))
+    return float(results[metric])
+
+
+class Objective:
+    """Optuna's objective: runs one trial's fine-tuning, reports its dev metric as it is logged,
+    prunes it when the pruner says so, returns the final dev metric."""
+
+    def __init__(self, s: TuneSettings, metric: str, say, poll_seconds: float = 1.0):
+        self.s = s
+        self.metric = metric
+        self.say = say
+        self.poll_seconds = poll_seconds
+
+    def __call__(self, trial) -> float:
+        import optuna
+        from optuna.trial import TrialState
+
+        from training.metrics_log import LOG_NAME, read_log
+
+        s = self.s
+        earlier = [
+            t
+            for t in trial.study.get_trials(deepcopy=False)
+            if t.number < trial.number and t.state != TrialState.FAIL
+        ]
+        if len(earlier) >= s.n_trials:  # another worker started the last trial at the same moment
+            trial.set_user_attr("surplus", True)
+            raise TrialFailed(f"not run: {s.n_trials} trials were already started")
+        params = {name: dim.suggest(trial) for name, dim in s.space.items()}
+        trial_dir = os.path.join(os.path.abspath(s.output_dir), f"trial_{trial.number:03d}")
+        os.makedirs(trial_dir, exist_ok=True)
+        trial.set_user_attr("output_dir", trial_dir)
+        trial.set_user_attr("host", socket.gethostname())
+        for name, value in params.items():
+            trial.set_user_attr(name, value)  # fixed values too (Optuna keeps only drawn ones)
+        shown = "  ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in params.items())
+        self.say(f"trial {trial.number}: {shown}  -> {trial_dir}")
+        log_path = os.path.join(trial_dir, LOG_NAME)
+        console = os.path.join(trial_dir, "train.log")
+        reported: set[int] = set()
+        last_step = 0
+        with open(console, "ab") as out:
+            child = subprocess.Popen(
+                trial_command(s, params, trial_dir),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=ROOT,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
+            try:
+                while True:
+                    done = child.poll() is not None
+                    for entry in read_log(log_path):
+                        last_step = max(last_step, int(entry.get("step", 0)))
+                        value = entry.get("eval", {}).get(self.metric)
+                        if value is None or entry["step"] in reported:
+                            continue
+                        reported.add(entry["step"])
+                        trial.report(float(value), entry["step"])
+                        self.say(
+                            f"trial {trial.number} step {entry['step']}: {self.metric} {float(value):.4f}"
+                        )
+                        if trial.should_prune():
+                            _stop(child)
+                            trial.set_user_attr("last_step", entry["step"])
+                            self.say(f"trial {trial.number} pruned at step {entry['step']}")
+                            raise optuna.TrialPruned(
+                                f"{self.metric} {float(value):.4f} at step {entry['step']}"
+                            )
+                    if done:
+                        break
+                    time.sleep(self.poll_seconds)
+            finally:
+                _stop(child)
+        trial.set_user_attr("last_step", last_step)
+        if child.returncode != 0:
+            raise TrialFailed(f"fine-tuning exited with status {child.returncode}: {_tail(console)}")
+        value = _final_value(trial_dir, self.metric)
+        if last_step and last_step not in reported:
+            trial.report(value, last_step)
+        self.say(f"trial {trial.number} complete: {self.metric} {value:.4f}")
+        return value
+
+
+# --- results -------------------------------------------------------------------------------
+
+
+def _minutes(trial) -> float | None:
+    if trial.datetime_start is None or trial.datetime_complete is None:
+        return None
+    return (trial.datetime_complete - trial.datetime_start).total_seconds() / 60
+
+
+def trial_rows(study, space: dict) -> list[dict]:
+    """One row per trial: number, state, parameters, metric, last step, minutes."""
+    rows = []
+    for t in study.get_trials(deepcopy=False):
+        if t.user_attrs.get("surplus"):
+            continue
+        row = {"trial": t.number, "state": t.state.name.lower()}
+        for name in space:
+            row[name] = t.params.get(name, t.user_attrs.get(name))
+        last = max(t.intermediate_values.items())[1] if t.intermediate_values else None
+        row["metric"] = t.value if t.value is not None else last
+        row["last_step"] = t.user_attrs.get("last_step")
+        row["minutes"] = _minutes(t)
+        rows.append(row)
+    return rows
+
+
+def _cell(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def format_table(rows: list[dict], metric: str) -> str:
+    if not rows:
+        return "(no trials)"
+    header = [("metric" if k == "metric" else k) for k in rows[0]]
+    cells = [[_cell(r[k]) for k in rows[0]] for r in rows]
+    header = [metric if h == "metric" else h for h in header]
+    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(header)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths))]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in cells]
+    return "\n".join(lines)
+
+
+def write_table(path: str, rows: list[dict], metric: str) -> None:
+    with atomic_write(path) as f:
+        if rows:
+            f.write("\t".join(metric if k == "metric" else k for k in rows[0]) + "\n")
+            for row in rows:
+                f.write("\t".join("" if v is None else str(v) for v in row.values()) + "\n")
+
+
+def best_trial(study, metric: str) -> dict | None:
+    """The best complete trial: number, metric, parameters, output directory, checkpoint."""
+    from optuna.trial import TrialState
+
+    from training.checkpointing import latest_checkpoint
+
+    complete = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
+    if not complete:
+        return None
+    best = max(complete, key=lambda t: t.value)
+    output_dir = best.user_attrs.get("output_dir")
+    return {
+        "trial": best.number,
+        "metric": metric,
+        "value": best.value,
+        "params": {**{k: v for k, v in best.user_attrs.items() if k in PARAMETERS}, **best.params},
+        "output_dir": output_dir,
+        "host": best.user_attrs.get("host"),
+        "checkpoint": latest_checkpoint(output_dir) if output_dir and os.path.isdir(output_dir) else None,
+    }
+
+
+STYLE = {"complete": ("-", "o"), "pruned": ("--", "x"), "fail": (":", "s"), "running": (":", ".")}
+
+
+def _curves(study) -> list[tuple]:
+    """(trial number, state, steps, values) of each trial's reported dev metric."""
+    curves = []
+    for t in study.get_trials(deepcopy=False):
+        if t.intermediate_values:
+            steps = sorted(t.intermediate_values)
+            curves.append((t.number, t.state.name.lower(), steps, [t.intermediate_values[k] for k in steps]))
+    return curves
+
+
+def _points(rows: list[dict]) -> list[tuple]:
+    return [
+        (r["learning_rate"], r["metric"], r["state"], r["trial"])
+        for r in rows
+        if r.get("learning_rate") is not None and r["metric"] is not None
+    ]
+
+
+def write_plots(output_dir: str, study, rows: list[dict], metric: str) -> list[str]:
+    """The dev metric over steps of every trial (pruned ones dashed, ending in x where they were
+    cut) and learning rate vs metric (the final one; a pruned trial's last), as PNG and HTML."""
+    import warnings
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import plotly.graph_objects as go
+
+    curves, points = _curves(study), _points(rows)
+    written = []
+    # 1. Dev metric by step.
+    fig, ax = plt.subplots(figsize=(8, 5))
+    html = go.Figure()
+    for number, state, steps, values in curves:
+        line, marker = STYLE.get(state, STYLE["running"])
+        ax.plot(
+            steps,
+            values,
+            linestyle=line,
+            marker=marker,
+            markevery=[len(steps) - 1],
+            label=f"trial {number} ({state})",
+        )
+        html.add_trace(
+            go.Scatter(
+                x=steps,
+                y=values,
+                mode="lines+markers",
+                name=f"trial {number} ({state})",
+                line={"dash": "dash" if state == "pruned" else "solid"},
+            )
+        )
+    ax.set(xlabel="update", ylabel=f"dev {metric}", title=f"Dev {metric} during fine-tuning")
+    if curves:
+        ax.legend(fontsize="small", ncol=2)
+    html.update_layout(
+        title=f"Dev {metric} during fine-tuning", xaxis_title="update", yaxis_title=f"dev {metric}"
+    )
+    written += _save(fig, html, os.path.join(output_dir, PLOTS[0]))
+    plt.close(fig)
+    # 2. Learning rate vs metric.
+    fig, ax = plt.subplots(figsize=(7, 5))
+    html = go.Figure()
+    for state in sorted({p[2] for p in points}):
+        mine = [p for p in points if p[2] == state]
+        ax.scatter(
+            [p[0] for p in mine],
+            [p[1] for p in mine],
+            marker=STYLE.get(state, STYLE["running"])[1],
+            label=state,
+        )
+        html.add_trace(
+            go.Scatter(
+                x=[p[0] for p in mine],
+                y=[p[1] for p in mine],
+                mode="markers",
+                name=state,
+                text=[f"trial {p[3]}" for p in mine],
+            )
+        )
+    ax.set_xscale("log")
+    ax.set(xlabel="learning rate", ylabel=f"dev {metric}", title=f"Learning rate vs dev {metric}")
+    if points:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ax.legend()
+    html.update_layout(
+        title=f"Learning rate vs dev {metric}",
+        xaxis_title="learning rate",
+        yaxis_title=f"dev {metric}",
+        xaxis_type="log",
+    )
+    written += _save(fig, html, os.path.join(output_dir, PLOTS[1]))
+    plt.close(fig)
+    return written
+
+
+def _save(fig, html, stem: str) -> list[str]:
+    with atomic_path(stem + ".png") as temporary:
+        fig.savefig(temporary, format="png", dpi=100, bbox_inches="tight")
+    # plotly.min.js once beside the pages: they open offline.
+    with atomic_path(stem + ".html") as temporary:
+        html.write_html(temporary, include_plotlyjs="directory")
+    return [stem + ".png", stem + ".html"]
+
+
+def report(s: TuneSettings, study, metric: str, stream) -> dict:
+    """Writes trials.tsv, best_trial.json and the plots; prints the table and the best trial."""
+    rows = trial_rows(study, s.space)
+    write_table(os.path.join(s.output_dir, TRIALS_TABLE), rows, metric)
+    best = best_trial(study, metric)
+    if best is not None:
+        write_json(os.path.join(s.output_dir, BEST_TRIAL), best)
+    plots = write_plots(s.output_dir, study, rows, metric)
+    print(format_table(rows, metric), file=stream)
+    if best is None:
+        print("No trial completed.", file=stream)
+    else:
+        shown = "  ".join(
+            f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in best["params"].items()
+        )
+        print(f"Best: trial {best['trial']}  {metric} {best['value']:.4f}  {shown}", file=stream)
+        print(f"Best checkpoint: {best['checkpoint']}", file=stream)
+    print(
+        f"Wrote {TRIALS_TABLE}, {BEST_TRIAL if best else ''} and plots in {s.output_dir}",
+        file=stream,
+        flush=True,
+    )
+    return {"rows": rows, "best": best, "plots": plots}
+
+
+# --- the worker ----------------------------------------------------------------------------
+
+
+def run(s: TuneSettings, stream=None, poll_seconds: float = 1.0) -> dict:
+    """Runs trials of the study until n_trials have ended complete or pruned (every worker's
+    count) or the timeout; returns {"rows", "best", "plots", "study"}. Problems the user can
+    fix raise UserError before any trial starts."""
+    import optuna
+
+    stream = stream if stream is not None else sys.stdout
+    metric = validate(s)
+    ensure_writable_dir(s.output_dir, "--output_dir")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    url = storage_url(s)
+    storage = open_storage(url, s.heartbeat_seconds)
+    study = create_study(s, metric, storage)
+    started = time.monotonic()
+
+    def say(line: str) -> None:
+        print(f"[tune {time.monotonic() - started:7.0f}s] {line}", file=stream, flush=True)
+
+    say(
+        f"study {study.study_name!r} in {_redacted(url)}: {s.n_trials} trials of {s.task_name}, maximising dev "
+        f"{metric}; sampler {s.sampler}, pruner {s.pruner}"
+    )
+    for dim in s.space.values():
+        say(f"  {dim.name}: {dim.describe()}")
+    objective = Objective(s, metric, say, poll_seconds)
+    waited = False
+    while True:
+        with _quiet_experimental():
+            optuna.storages.fail_stale_trials(study)
+        counts = _counts(study)
+        best = _best_value(study)
+        if counts["finished"] >= s.n_trials:
+            break
+        if s.timeout_seconds is not None and time.monotonic() - started >= s.timeout_seconds:
+            say(f"timeout: no new trial after {s.timeout_seconds:g} s")
+            break
+        if counts["finished"] + counts["RUNNING"] >= s.n_trials:
+            if not waited:
+                say(
+                    f"waiting for {counts['RUNNING']} trial(s) running elsewhere (a trial whose worker "
+                    f"died is marked failed {3 * s.heartbeat_seconds} s after its last heartbeat)"
+                )
+                waited = True
+            time.sleep(min(s.heartbeat_seconds, 10))
+            continue
+        waited = False
+        with _quiet_experimental():
+            study.optimize(objective, n_trials=1, catch=(TrialFailed,))
+        last = study.get_trials(deepcopy=False)[-1] if study.get_trials(deepcopy=False) else None
+        if last is not None and last.state.name == "FAIL" and not last.user_attrs.get("surplus"):
+            say(
+                f"trial {last.number} failed: see {os.path.join(last.user_attrs.get('output_dir', ''), 'train.log')}"
+            )
+        counts, best = _counts(study), _best_value(study)
+        shown = f"best {metric} {best[1]:.4f} (trial {best[0]})" if best else "no complete trial yet"
+        say(
+            f"{counts['finished']}/{s.n_trials} trials done ({counts['COMPLETE']} complete, "
+            f"{counts['PRUNED']} pruned), {counts['FAIL']} failed; {shown}"
+        )
+    results = report(s, study, metric, stream)
+    return {**results, "study": study}
+
+
+def _best_value(study):
+    from optuna.trial import TrialState
+
+    complete = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
+    if not complete:
+        return None
+    best = max(complete, key=lambda t: t.value)
+    return best.number, best.value
+
+
+@contextlib.contextmanager
+def _quiet_experimental():
+    """Optuna's fail_stale_trials and heartbeats are marked experimental; the warning is noise here."""
+    import warnings
+
+    import optuna
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        yield
