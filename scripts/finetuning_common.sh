@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # Sourced by the fine-tuning launchers (run_squad.sh, run_glue.sh, run_squad_inference.sh,
-# run_glue_inference.sh), so all four take their arguments the same way:
+# run_glue_inference.sh) and the tuning launcher (run_tune.sh), so all take their arguments the
+# same way:
 #
 #   - NVIDIA's positional arguments, declared as a table (ft_setting), each optional;
 #   - named overrides, --NAME=VALUE or --NAME VALUE, which beat the positional ones;
@@ -14,7 +15,8 @@
 #     HOROVOD_LAUNCHER says, LAUNCHER_ARGS added; one process when num_gpu is 1).
 #
 # A launcher declares its table, calls ft_parse "$@" and ft_probe, resolves its paths
-# (ft_resolve_path), builds its command (ft_flag), then calls ft_launch with its input checks.
+# (ft_resolve_path), builds its command (ft_flag), then calls ft_launch with its input checks
+# (check_inputs) and, optionally, its own ending (ft_report) instead of printing eval_results.json.
 
 # shellcheck source=scripts/find_python.sh
 source "$(dirname "${BASH_SOURCE[0]}")/find_python.sh"
@@ -189,7 +191,7 @@ ft_check() {
       [[ " ${FT_MODELS[*]} " == *" $value "* ]] ||
         rule="one of ${FT_MODELS[*]} (the configs/bert_<name>.json files)" ;;
     checkpoint) [[ -n "$value" ]] || rule="a checkpoint path" ;;
-    task) ;;  # ft_probe knows the GLUE tasks
+    task|tune_task) ;;  # ft_probe knows the GLUE tasks (run_tune.sh: SQuAD too)
   esac
   [[ -z "$rule" ]] || ft_usage_error "$name (${SOURCE[$name]}) must be $rule, got '$value'."
 }
@@ -298,7 +300,9 @@ PYTHON
     esac
   done <<< "$out"
   if [[ -n "$task" ]]; then
-    [[ -n "$task_found" ]] || ft_usage_error "task_name (${SOURCE[task_name]}) must be a GLUE task, one of" \
+    local kinds="a GLUE task"
+    [[ "${FT_KIND[task_name]}" != tune_task ]] || kinds="SQuAD, SQuAD2 or a GLUE task"
+    [[ -n "$task_found" ]] || ft_usage_error "task_name (${SOURCE[task_name]}) must be $kinds, one of" \
                                              "$tasks (any case), got '$task'."
     VALUE[task_name]="$task_found"
   fi
@@ -503,6 +507,10 @@ ft_launch() {
                     "same command continues from the latest checkpoint in $output_dir."
   fi
   [[ "$quiet" -eq 0 ]] || return 0
+  if declare -F ft_report > /dev/null; then  # the launcher's own ending (run_tune.sh)
+    ft_report
+    return 0
+  fi
   local results="$output_dir/eval_results.json"
   if [[ -f "$results" && "$results" -nt "$marker" ]]; then
     echo "== $FT_SCRIPT: results ($results) =="

@@ -536,7 +536,9 @@ def test_inference_refuses_an_output_directory_holding_another_checkpoint(tmp_pa
 
 
 @pytest.mark.slow  # two TensorFlow processes: fine-tuning, then prediction (about 30 s on 2 cores)
-def test_run_glue_then_predict_from_its_output_directory(tmp_path):
+def _tiny_pretrained(tmp_path):
+    """A tiny BERT saved as Google's checkpoint with a vocab of the MRPC fixture's words, and the
+    launcher environment that points at it and at the GLUE fixtures."""
     from bert.checkpoints import save_google
     from bert.config import BertConfig
     from bert.encoder import BertEncoder
@@ -555,12 +557,16 @@ def test_run_glue_then_predict_from_its_output_directory(tmp_path):
         str(bert_dir),
         vocab_file=str(tmp_path / "vocab.txt"),
     )
-    env = {
+    return {
         "BERT_DIR": str(bert_dir),
         "GLUE_DIR": GLUE_FIXTURES,
         "RESULTS_DIR": str(tmp_path / "results"),
         "TF_CPP_MIN_LOG_LEVEL": "2",
     }
+
+
+def test_run_glue_then_predict_from_its_output_directory(tmp_path):
+    env = _tiny_pretrained(tmp_path)
     trained = launch(
         "run_glue.sh",
         "MRPC",
@@ -593,3 +599,41 @@ def test_run_glue_then_predict_from_its_output_directory(tmp_path):
     assert {k: again[k] for k in ("accuracy", "f1")} == {k: results[k] for k in ("accuracy", "f1")}
     assert (inference / "MRPC.tsv").read_text() == (output / "MRPC.tsv").read_text()
     assert not (inference / "checkpoint").exists()  # predicted, not trained
+
+
+# ---- run_tune.sh ------------------------------------------------------------------------------
+
+
+def test_run_tune_defaults_and_squad_tasks():
+    settings, command = dry_run("run_tune.sh")
+    assert {
+        k: v[0] for k, v in settings.items() if k in ("task_name", "n_trials", "num_gpu", "seq_length")
+    } == {
+        "task_name": "MRPC",
+        "n_trials": "20",
+        "num_gpu": "1",
+        "seq_length": "128",
+    }
+    assert command[1] == os.path.join(ROOT, "run_tune.py")  # one process: trials launch their own workers
+    assert flags(command)["output_dir"] == os.path.join(ROOT, "results", "tune_MRPC_large")
+    settings, command = dry_run("run_tune.sh", "squad2", "4", "2", "--", "--learning_rate_range=1e-5,1e-4")
+    got = flags(command)
+    assert got["task_name"] == "squad" and got["version_2_with_negative"] == "true"
+    assert got["train_file"].endswith("/squad/v2.0/train-v2.0.json") and got["max_seq_length"] == "384"
+    assert got["num_gpus"] == "2" and got["learning_rate_range"] == "1e-5,1e-4"
+    bad = launch("run_tune.sh", "FOO")
+    assert bad.returncode == 2 and "must be SQuAD, SQuAD2 or a GLUE task" in bad.stderr
+
+
+@pytest.mark.slow
+def test_run_tune_runs_a_study_on_the_glue_fixture(tmp_path):
+    env = _tiny_pretrained(tmp_path)
+    args = ["MRPC", "2", "1", "tiny", "fp32", "false", "64", "--", "--train_batch_size=2"]
+    args += ["--num_train_epochs_choices=1", "--learning_rate_range=1e-4,1e-3", "--eval_every_n_steps=1"]
+    result = launch("run_tune.sh", *args, env=env, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    study = tmp_path / "results" / "tune_MRPC_tiny"
+    best = json.loads((study / "best_trial.json").read_text())
+    assert 1e-4 <= best["params"]["learning_rate"] <= 1e-3 and best["checkpoint"].endswith("ckpt-1")
+    assert "2/2 trials done (2 complete, 0 pruned), 0 failed" in result.stdout
+    assert f"== run_tune.sh: study in {study} (trials.tsv, best_trial.json, plots) ==" in result.stdout
