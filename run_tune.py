@@ -86,6 +86,7 @@ def define_flags(fv) -> None:
         "pruner", "median", list(tuning.PRUNERS), "Median, successive halving, or none.", flag_values=fv
     )
     integer("pruner_startup_trials", 5, "The median pruner prunes nothing before this many trials ended.")
+    integer("pruner_warmup_steps", 0, "The median pruner prunes no trial before this update.")
     string("study_name", None, "Optuna study name; default the output directory's name.")
     string(
         "storage", None, "Optuna storage URL (postgresql://, mysql+pymysql://, sqlite:///); default SQLite."
@@ -96,7 +97,7 @@ def define_flags(fv) -> None:
 
 
 def _space(F):
-    from training import tuning
+    from training import search_space
 
     overrides = {}
     for name, flag, log in (
@@ -104,30 +105,28 @@ def _space(F):
         ("warmup_proportion", "warmup_proportion_range", False),
     ):
         if F[flag].value is not None:
-            overrides[name] = (tuning.parse_range(F[flag].value, flag, log), f"--{flag}")
+            overrides[name] = (search_space.parse_range(F[flag].value, flag, log), f"--{flag}")
     for name in ("train_batch_size", "num_train_epochs", "seed"):
         flag = f"{name}_choices"
         if F[flag].value is not None:
-            overrides[name] = (tuning.parse_choices(F[flag].value, flag), f"--{flag}")
-    for name in tuning.PARAMETERS:  # a plain fine-tuning flag fixes the parameter
+            overrides[name] = (search_space.parse_choices(F[flag].value, flag), f"--{flag}")
+    for name in search_space.PARAMETERS:  # a plain fine-tuning flag fixes the parameter
         if F[name].present:
             overrides[name] = (F[name].value, f"--{name}")
-    file_spec = tuning.read_space_file(F.search_space) if F.search_space else None
-    return tuning.build_space(file_spec, overrides, f"--search_space {F.search_space}")
+    file_spec = search_space.read_space_file(F.search_space) if F.search_space else None
+    return search_space.build_space(file_spec, overrides, f"--search_space {F.search_space}")
 
 
 def _trial_flags(F, squad: bool) -> tuple[str, ...]:
     """The fine-tuning flags given on this command line that every trial gets."""
     import finetuning_cli
-    from training import tuning
     from training.finetuning_job import FineTuningSettings
+    from training.search_space import PARAMETERS
 
     shared = [n for n in FineTuningSettings.__dataclass_fields__ if n in F]
     shared += ["precision", "amp", "use_horovod"]
     task = finetuning_cli.SQUAD_FLAGS if squad else finetuning_cli.GLUE_FLAGS
-    names = [
-        n for n in dict.fromkeys([*shared, *task]) if n not in SET_BY_TUNER and n not in tuning.PARAMETERS
-    ]
+    names = [n for n in dict.fromkeys([*shared, *task]) if n not in SET_BY_TUNER and n not in PARAMETERS]
     return tuple(F[n].serialize() for n in names if F[n].present)
 
 
@@ -176,6 +175,7 @@ def run(F) -> int:
         sampler_seed=F.sampler_seed,
         pruner=F.pruner,
         pruner_startup_trials=F.pruner_startup_trials,
+        pruner_warmup_steps=F.pruner_warmup_steps,
         eval_every_n_steps=eval_every,
         study_name=F.study_name,
         storage=F.storage,

@@ -26,7 +26,7 @@ import tensorflow as tf
 
 import run_tune
 from conftest import ROOT, logged_steps, worker_env
-from training import tuning
+from training import search_space, tuning, tuning_report
 from word_order import write_model_files, write_word_order_task
 
 GOOD, BAD = 1e-3, 1e-7
@@ -132,7 +132,7 @@ def test_six_trials_prune_the_failing_learning_rate_and_report(task, tmp_path, c
     assert best["checkpoint"].endswith(f"ckpt-{UPDATES}")
     assert f"Best: trial {best['trial']}  accuracy {best['value']:.4f}" in printed
 
-    for stem in tuning.PLOTS:
+    for stem in tuning_report.PLOTS:
         with open(out / f"{stem}.png", "rb") as f:
             assert f.read(8) == b"\x89PNG\r\n\x1a\n"
         page = (out / f"{stem}.html").read_text(encoding="utf-8")
@@ -208,7 +208,7 @@ def test_two_workers_share_one_sqlite_study_and_a_killed_workers_trial_is_failed
     assert sorted(os.listdir(out)) == sorted(
         [f"trial_{n:03d}" for n in states]
         + ["study.db", "trials.tsv", "best_trial.json", "plotly.min.js"]
-        + [f"{stem}.{ext}" for stem in tuning.PLOTS for ext in ("png", "html")]
+        + [f"{stem}.{ext}" for stem in tuning_report.PLOTS for ext in ("png", "html")]
     )
     for number in finished:
         trial_out = out / f"trial_{number:03d}"
@@ -292,34 +292,16 @@ def test_bad_space_files_name_the_file_and_the_problem(mrpc_files, tmp_path, cap
 
 def test_a_study_run_with_another_metric_is_refused(mrpc_files, tmp_path, capsys):
     out = tmp_path / "study"
-    settings = tuning.TuneSettings(output_dir=str(out), task_name="MRPC", space=tuning.build_space(None, {}))
+    settings = tuning.TuneSettings(
+        output_dir=str(out), task_name="MRPC", space=search_space.build_space(None, {})
+    )
     os.makedirs(out)
     tuning.create_study(settings, "f1", tuning.open_storage(tuning.storage_url(settings), 60))
     err = _error(_mrpc(mrpc_files, out, metric="accuracy"), capsys)
     assert "was run with metric 'f1', not 'accuracy'" in err
 
 
-# --- the space and the trial command --------------------------------------------------------
-
-
-def test_space_precedence_default_file_flags_and_fixed_values(tmp_path):
-    assert set(tuning.build_space(None, {})) == {"learning_rate", "train_batch_size", "num_train_epochs"}
-    spec = {
-        "learning_rate": {"low": 2e-5, "high": 5e-5, "log": True},
-        "seed": [1, 2],
-        "warmup_proportion": 0.05,
-    }
-    space = tuning.build_space(spec, {"seed": ([7], "--seed_choices")})
-    assert set(space) == {"learning_rate", "seed", "warmup_proportion"}  # a file replaces the default
-    assert space["learning_rate"] == tuning.Dimension("learning_rate", low=2e-5, high=5e-5, log=True)
-    assert space["seed"].choices == (7,) and space["warmup_proportion"].choices == (0.05,)
-    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
-    for _ in range(20):
-        trial = study.ask()
-        drawn = {name: dim.suggest(trial) for name, dim in space.items()}
-        assert 2e-5 <= drawn["learning_rate"] <= 5e-5 and drawn["seed"] == 7
-        study.tell(trial, 0.0)
-    assert set(study.trials[0].params) == {"learning_rate"}  # fixed values are not drawn
+# --- the trial command ----------------------------------------------------------------------
 
 
 def test_trial_command_passes_the_studys_flags_and_the_trials_parameters(tmp_path):

@@ -20,6 +20,8 @@ command continues the study.
     <output_dir>/trials.tsv                trial, state, parameters, metric, last step, minutes
     <output_dir>/best_trial.json           the best trial's parameters, metric and checkpoint
     <output_dir>/dev_metric_by_step.png|.html, learning_rate_vs_metric.png|.html
+
+The space is training/search_space.py, the table and plots training/tuning_report.py.
 """
 
 from __future__ import annotations
@@ -36,23 +38,10 @@ import sys
 import time
 
 from common.errors import UserError
-from common.files import atomic_path, atomic_write, ensure_writable_dir, read_json, write_json
+from common.files import ensure_writable_dir, read_json
+from training.tuning_report import report
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# The fine-tuning flags a trial may draw, with their types.
-PARAMETERS = {
-    "learning_rate": float,
-    "train_batch_size": int,
-    "num_train_epochs": float,
-    "warmup_proportion": float,
-    "seed": int,
-}
-# Google's BERT paper's fine-tuning grid, as ranges: what a space leaves out.
-DEFAULT_SPACE = {
-    "learning_rate": {"low": 1e-5, "high": 1e-4, "log": True},
-    "train_batch_size": [16, 32],
-    "num_train_epochs": [2, 3, 4],
-}
 SAMPLERS = ("tpe", "random")
 PRUNERS = ("median", "halving", "none")
 SQUAD_METRICS = {
@@ -60,143 +49,10 @@ SQUAD_METRICS = {
     True: ("f1", "exact", "best_f1", "best_exact", "HasAns_f1", "HasAns_exact", "NoAns_f1", "NoAns_exact"),
 }
 STORAGE_FILE = "study.db"
-TRIALS_TABLE = "trials.tsv"
-BEST_TRIAL = "best_trial.json"
-PLOTS = ("dev_metric_by_step", "learning_rate_vs_metric")
 
 
 class TrialFailed(Exception):
     """A trial's fine-tuning run exited with an error (the study records it as failed)."""
-
-
-# --- the search space ----------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class Dimension:
-    """One parameter: a list of choices, a [low, high] range (log-uniform when `log`), or one
-    fixed value (choices of one)."""
-
-    name: str
-    choices: tuple = ()
-    low: float | None = None
-    high: float | None = None
-    log: bool = False
-
-    def suggest(self, trial):
-        if len(self.choices) == 1:
-            return self.choices[0]
-        if self.choices:
-            return trial.suggest_categorical(self.name, list(self.choices))
-        if PARAMETERS[self.name] is int:
-            return trial.suggest_int(self.name, int(self.low), int(self.high), log=self.log)
-        return trial.suggest_float(self.name, self.low, self.high, log=self.log)
-
-    def describe(self) -> str:
-        if self.choices:
-            return ", ".join(str(c) for c in self.choices)
-        return f"{self.low:g} .. {self.high:g}{' (log-uniform)' if self.log else ''}"
-
-
-def _value(name: str, value, source: str):
-    kind = PARAMETERS[name]
-    if isinstance(value, str):  # YAML 1.1 reads 1e-5 (no dot) as a string
-        try:
-            value = float(value) if re.search(r"[.eE]", value) else int(value)
-        except ValueError:
-            pass
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise UserError(f"{source}: {name} must be a number (got {value!r}).")
-    if kind is int and float(value) != int(value):
-        raise UserError(f"{source}: {name} must be a whole number (got {value!r}).")
-    value = kind(value)
-    positive = name != "seed" and name != "warmup_proportion"
-    if (positive and not value > 0) or value < 0:
-        raise UserError(f"{source}: {name} must be {'> 0' if positive else '>= 0'} (got {value!r}).")
-    if name == "warmup_proportion" and value > 1:
-        raise UserError(f"{source}: warmup_proportion must lie in [0, 1] (got {value!r}).")
-    return value
-
-
-def parse_dimension(name: str, spec, source: str) -> Dimension:
-    """A Dimension from a space entry: [choices], {low, high, log}, or one value."""
-    if name not in PARAMETERS:
-        raise UserError(f"{source}: unknown parameter {name!r}; the space may hold {', '.join(PARAMETERS)}.")
-    if isinstance(spec, (list, tuple)):
-        if not spec:
-            raise UserError(f"{source}: {name} has an empty list of choices.")
-        values = tuple(dict.fromkeys(_value(name, v, source) for v in spec))
-        return Dimension(name, choices=values)
-    if isinstance(spec, dict):
-        unknown = set(spec) - {"low", "high", "log"}
-        if unknown or not {"low", "high"} <= set(spec):
-            raise UserError(
-                f"{source}: {name} must be a list, a value or {{low, high[, log]}} (got {spec!r})."
-            )
-        low, high = _value(name, spec["low"], source), _value(name, spec["high"], source)
-        log = spec.get("log", False)
-        if not isinstance(log, bool):
-            raise UserError(f"{source}: {name}'s log must be true or false (got {log!r}).")
-        if low > high:
-            raise UserError(f"{source}: {name}'s range is inverted (low {low:g} > high {high:g}).")
-        if low == high:
-            raise UserError(
-                f"{source}: {name}'s range is empty (low = high = {low:g}); give one value instead."
-            )
-        if log and low <= 0:
-            raise UserError(f"{source}: {name}'s log-uniform range needs low > 0 (got {low:g}).")
-        return Dimension(name, low=low, high=high, log=log)
-    return Dimension(name, choices=(_value(name, spec, source),))
-
-
-def read_space_file(path: str) -> dict:
-    """The entries of a search-space file (YAML, or JSON, which YAML reads too)."""
-    import yaml
-
-    if not os.path.isfile(path):
-        raise UserError(f"--search_space {path} does not exist.")
-    try:
-        with open(path, encoding="utf-8") as f:
-            spec = yaml.safe_load(f)
-    except yaml.YAMLError as e:
-        where = getattr(e, "problem_mark", None)
-        line = f" line {where.line + 1}" if where is not None else ""
-        raise UserError(f"--search_space {path}{line} is not valid YAML/JSON ({getattr(e, 'problem', e)}).")
-    if not isinstance(spec, dict) or not spec:
-        raise UserError(f"--search_space {path} must map parameter names to choices or ranges.")
-    return spec
-
-
-def build_space(
-    file_spec: dict | None, overrides: dict[str, tuple], file_source: str = "--search_space"
-) -> dict[str, Dimension]:
-    """The space: DEFAULT_SPACE, replaced by the file's entries when a file is given, then each
-    override (name: (spec, where it came from)) on top."""
-    entries = {name: (spec, "the default space") for name, spec in DEFAULT_SPACE.items()}
-    if file_spec is not None:
-        entries = {name: (spec, file_source) for name, spec in file_spec.items()}
-    entries.update(overrides)
-    return {name: parse_dimension(name, spec, source) for name, (spec, source) in entries.items()}
-
-
-def parse_range(text: str, flag: str, log: bool) -> dict:
-    """'LOW,HIGH' from a flag as a range spec."""
-    parts = [p.strip() for p in text.split(",")]
-    try:
-        low, high = (float(p) for p in parts)
-    except ValueError:
-        raise UserError(f"--{flag} must be LOW,HIGH (two numbers; got {text!r}).") from None
-    return {"low": low, "high": high, "log": log}
-
-
-def parse_choices(text: str, flag: str) -> list:
-    """'A,B,C' from a flag as a list of numbers."""
-    try:
-        return [
-            float(p) if re.search(r"[.eE]", p) else int(p) for p in (p.strip() for p in text.split(",")) if p
-        ]
-    except ValueError:
-        raise UserError(f"--{flag} must be comma-separated numbers (got {text!r}).") from None
 
 
 # --- the task and its metric ---------------------------------------------------------------
@@ -240,6 +96,7 @@ class TuneSettings:
     sampler_seed: int | None = None
     pruner: str = "median"
     pruner_startup_trials: int = 5
+    pruner_warmup_steps: int = 0
     eval_every_n_steps: int = 100
     study_name: str | None = None  # default: the output directory's name
     storage: str | None = None  # default: sqlite:///<output_dir>/study.db
@@ -262,8 +119,9 @@ def validate(s: TuneSettings) -> str:
     for name in ("n_trials", "eval_every_n_steps", "num_gpus", "heartbeat_seconds"):
         if getattr(s, name) < 1:
             raise UserError(f"--{name} must be at least 1 (got {getattr(s, name)}).")
-    if s.pruner_startup_trials < 0:
-        raise UserError(f"--pruner_startup_trials must be >= 0 (got {s.pruner_startup_trials}).")
+    for name in ("pruner_startup_trials", "pruner_warmup_steps"):
+        if getattr(s, name) < 0:
+            raise UserError(f"--{name} must be >= 0 (got {getattr(s, name)}).")
     if s.timeout_seconds is not None and not s.timeout_seconds > 0:
         raise UserError(f"--timeout must be positive (got {s.timeout_seconds}).")
     if s.sampler not in SAMPLERS:
@@ -337,7 +195,9 @@ def create_study(s: TuneSettings, metric: str, storage):
         else optuna.samplers.TPESampler(seed=s.sampler_seed)
     )
     pruner = {
-        "median": lambda: optuna.pruners.MedianPruner(n_startup_trials=s.pruner_startup_trials),
+        "median": lambda: optuna.pruners.MedianPruner(
+            n_startup_trials=s.pruner_startup_trials, n_warmup_steps=s.pruner_warmup_steps
+        ),
         "halving": lambda: optuna.pruners.SuccessiveHalvingPruner(),
         "none": lambda: optuna.pruners.NopPruner(),
     }[s.pruner]()
@@ -530,214 +390,6 @@ class Objective:
 # --- results -------------------------------------------------------------------------------
 
 
-def _minutes(trial) -> float | None:
-    if trial.datetime_start is None or trial.datetime_complete is None:
-        return None
-    return (trial.datetime_complete - trial.datetime_start).total_seconds() / 60
-
-
-def trial_rows(study, space: dict) -> list[dict]:
-    """One row per trial: number, state, parameters, metric, last step, minutes."""
-    rows = []
-    for t in study.get_trials(deepcopy=False):
-        if t.user_attrs.get("surplus"):
-            continue
-        row = {"trial": t.number, "state": t.state.name.lower()}
-        for name in space:
-            row[name] = t.params.get(name, t.user_attrs.get(name))
-        last = max(t.intermediate_values.items())[1] if t.intermediate_values else None
-        row["metric"] = t.value if t.value is not None else last
-        row["last_step"] = t.user_attrs.get("last_step")
-        row["minutes"] = _minutes(t)
-        rows.append(row)
-    return rows
-
-
-def _cell(value) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
-
-
-def format_table(rows: list[dict], metric: str) -> str:
-    if not rows:
-        return "(no trials)"
-    header = [("metric" if k == "metric" else k) for k in rows[0]]
-    cells = [[_cell(r[k]) for k in rows[0]] for r in rows]
-    header = [metric if h == "metric" else h for h in header]
-    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(header)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths))]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in cells]
-    return "\n".join(lines)
-
-
-def write_table(path: str, rows: list[dict], metric: str) -> None:
-    with atomic_write(path) as f:
-        if rows:
-            f.write("\t".join(metric if k == "metric" else k for k in rows[0]) + "\n")
-            for row in rows:
-                f.write("\t".join("" if v is None else str(v) for v in row.values()) + "\n")
-
-
-def best_trial(study, metric: str) -> dict | None:
-    """The best complete trial: number, metric, parameters, output directory, checkpoint."""
-    from optuna.trial import TrialState
-
-    from training.checkpointing import latest_checkpoint
-
-    complete = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
-    if not complete:
-        return None
-    best = max(complete, key=lambda t: t.value)
-    output_dir = best.user_attrs.get("output_dir")
-    return {
-        "trial": best.number,
-        "metric": metric,
-        "value": best.value,
-        "params": {**{k: v for k, v in best.user_attrs.items() if k in PARAMETERS}, **best.params},
-        "output_dir": output_dir,
-        "host": best.user_attrs.get("host"),
-        "checkpoint": latest_checkpoint(output_dir) if output_dir and os.path.isdir(output_dir) else None,
-    }
-
-
-STYLE = {"complete": ("-", "o"), "pruned": ("--", "x"), "fail": (":", "s"), "running": (":", ".")}
-
-
-def _curves(study) -> list[tuple]:
-    """(trial number, state, steps, values) of each trial's reported dev metric."""
-    curves = []
-    for t in study.get_trials(deepcopy=False):
-        if t.intermediate_values:
-            steps = sorted(t.intermediate_values)
-            curves.append((t.number, t.state.name.lower(), steps, [t.intermediate_values[k] for k in steps]))
-    return curves
-
-
-def _points(rows: list[dict]) -> list[tuple]:
-    return [
-        (r["learning_rate"], r["metric"], r["state"], r["trial"])
-        for r in rows
-        if r.get("learning_rate") is not None and r["metric"] is not None
-    ]
-
-
-def write_plots(output_dir: str, study, rows: list[dict], metric: str) -> list[str]:
-    """The dev metric over steps of every trial (pruned ones dashed, ending in x where they were
-    cut) and learning rate vs metric (the final one; a pruned trial's last), as PNG and HTML."""
-    import warnings
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import plotly.graph_objects as go
-
-    curves, points = _curves(study), _points(rows)
-    written = []
-    # 1. Dev metric by step.
-    fig, ax = plt.subplots(figsize=(8, 5))
-    html = go.Figure()
-    for number, state, steps, values in curves:
-        line, marker = STYLE.get(state, STYLE["running"])
-        ax.plot(
-            steps,
-            values,
-            linestyle=line,
-            marker=marker,
-            markevery=[len(steps) - 1],
-            label=f"trial {number} ({state})",
-        )
-        html.add_trace(
-            go.Scatter(
-                x=steps,
-                y=values,
-                mode="lines+markers",
-                name=f"trial {number} ({state})",
-                line={"dash": "dash" if state == "pruned" else "solid"},
-            )
-        )
-    ax.set(xlabel="update", ylabel=f"dev {metric}", title=f"Dev {metric} during fine-tuning")
-    if curves:
-        ax.legend(fontsize="small", ncol=2)
-    html.update_layout(
-        title=f"Dev {metric} during fine-tuning", xaxis_title="update", yaxis_title=f"dev {metric}"
-    )
-    written += _save(fig, html, os.path.join(output_dir, PLOTS[0]))
-    plt.close(fig)
-    # 2. Learning rate vs metric.
-    fig, ax = plt.subplots(figsize=(7, 5))
-    html = go.Figure()
-    for state in sorted({p[2] for p in points}):
-        mine = [p for p in points if p[2] == state]
-        ax.scatter(
-            [p[0] for p in mine],
-            [p[1] for p in mine],
-            marker=STYLE.get(state, STYLE["running"])[1],
-            label=state,
-        )
-        html.add_trace(
-            go.Scatter(
-                x=[p[0] for p in mine],
-                y=[p[1] for p in mine],
-                mode="markers",
-                name=state,
-                text=[f"trial {p[3]}" for p in mine],
-            )
-        )
-    ax.set_xscale("log")
-    ax.set(xlabel="learning rate", ylabel=f"dev {metric}", title=f"Learning rate vs dev {metric}")
-    if points:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            ax.legend()
-    html.update_layout(
-        title=f"Learning rate vs dev {metric}",
-        xaxis_title="learning rate",
-        yaxis_title=f"dev {metric}",
-        xaxis_type="log",
-    )
-    written += _save(fig, html, os.path.join(output_dir, PLOTS[1]))
-    plt.close(fig)
-    return written
-
-
-def _save(fig, html, stem: str) -> list[str]:
-    with atomic_path(stem + ".png") as temporary:
-        fig.savefig(temporary, format="png", dpi=100, bbox_inches="tight")
-    # plotly.min.js once beside the pages: they open offline.
-    with atomic_path(stem + ".html") as temporary:
-        html.write_html(temporary, include_plotlyjs="directory")
-    return [stem + ".png", stem + ".html"]
-
-
-def report(s: TuneSettings, study, metric: str, stream) -> dict:
-    """Writes trials.tsv, best_trial.json and the plots; prints the table and the best trial."""
-    rows = trial_rows(study, s.space)
-    write_table(os.path.join(s.output_dir, TRIALS_TABLE), rows, metric)
-    best = best_trial(study, metric)
-    if best is not None:
-        write_json(os.path.join(s.output_dir, BEST_TRIAL), best)
-    plots = write_plots(s.output_dir, study, rows, metric)
-    print(format_table(rows, metric), file=stream)
-    if best is None:
-        print("No trial completed.", file=stream)
-    else:
-        shown = "  ".join(
-            f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in best["params"].items()
-        )
-        print(f"Best: trial {best['trial']}  {metric} {best['value']:.4f}  {shown}", file=stream)
-        print(f"Best checkpoint: {best['checkpoint']}", file=stream)
-    print(
-        f"Wrote {TRIALS_TABLE}, {BEST_TRIAL if best else ''} and plots in {s.output_dir}",
-        file=stream,
-        flush=True,
-    )
-    return {"rows": rows, "best": best, "plots": plots}
-
-
 # --- the worker ----------------------------------------------------------------------------
 
 
@@ -800,7 +452,7 @@ def run(s: TuneSettings, stream=None, poll_seconds: float = 1.0) -> dict:
             f"{counts['finished']}/{s.n_trials} trials done ({counts['COMPLETE']} complete, "
             f"{counts['PRUNED']} pruned), {counts['FAIL']} failed; {shown}"
         )
-    results = report(s, study, metric, stream)
+    results = report(s.output_dir, s.space, study, metric, stream)
     return {**results, "study": study}
 
 
