@@ -7,6 +7,7 @@ replaced atomically."""
 from __future__ import annotations
 
 import os
+import socket
 
 from common.files import atomic_path, atomic_write, write_json
 from training.search_space import PARAMETERS
@@ -217,7 +218,9 @@ def report(output_dir: str, space: dict, study, metric: str, stream) -> dict:
             f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in best["params"].items()
         )
         print(f"Best: trial {best['trial']}  {metric} {best['value']:.4f}  {shown}", file=stream)
-        print(f"Best checkpoint: {best['checkpoint']}", file=stream)
+        where = best["checkpoint"] or best["output_dir"]
+        elsewhere = best["host"] not in (None, socket.gethostname())
+        print(f"Best checkpoint: {where}" + (f" (on {best['host']})" if elsewhere else ""), file=stream)
     print(
         f"Wrote {TRIALS_TABLE}, {BEST_TRIAL if best else ''} and plots in {output_dir}",
         file=stream,
