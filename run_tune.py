@@ -25,6 +25,7 @@ trial through horovodrun (--launcher_args, e.g. "--gloo -H localhost:2").
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 
 from common import cli
@@ -92,7 +93,12 @@ def define_flags(fv) -> None:
         "storage", None, "Optuna storage URL (postgresql://, mysql+pymysql://, sqlite:///); default SQLite."
     )
     integer("num_gpus", 1, "Workers per trial; more than 1 launches each trial through horovodrun.")
-    string("launcher_args", "", "Extra arguments for horovodrun, e.g. '--gloo -H localhost:2'.")
+    string(
+        "launcher_args",
+        None,
+        "Extra arguments for each trial's horovodrun/mpirun, e.g. '--gloo -H localhost:2' "
+        "(default $LAUNCHER_ARGS).",
+    )
     integer("heartbeat_seconds", 60, "Trial heartbeat; a trial silent for 3 beats is marked failed.")
 
 
@@ -151,6 +157,21 @@ def _check_task(F, squad: bool, eval_every: int) -> None:
     finetuning_job.load_model_files(settings, None)
 
 
+def _trial_launcher(num_gpus: int) -> str:
+    """How a trial's workers start, as the fine-tuning launchers decide it: $HOROVOD_LAUNCHER, or
+    mpirun inside a SLURM allocation, else horovodrun."""
+    from common.errors import UserError
+    from training.launch_settings import UsageError, choose_launcher
+
+    wanted = os.environ.get("HOROVOD_LAUNCHER", "")
+    if num_gpus == 1 or wanted == "direct":
+        return "horovodrun"  # unused with one GPU; "direct" means ranks started outside, not per trial
+    try:
+        return choose_launcher(num_gpus, wanted, bool(os.environ.get("SLURM_JOB_ID")), 1)
+    except UsageError as e:
+        raise UserError(str(e)) from None
+
+
 def run(F) -> int:
     from common.errors import UserError
     from training import tuning
@@ -180,7 +201,8 @@ def run(F) -> int:
         study_name=F.study_name,
         storage=F.storage,
         num_gpus=F.num_gpus,
-        launcher_args=F.launcher_args,
+        launcher=_trial_launcher(F.num_gpus),
+        launcher_args=os.environ.get("LAUNCHER_ARGS", "") if F.launcher_args is None else F.launcher_args,
         heartbeat_seconds=F.heartbeat_seconds,
     )
     tuning.validate(settings)

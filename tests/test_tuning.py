@@ -12,6 +12,7 @@ word-order task (tests/word_order.py), which a learning rate of 1e-3 learns with
   file) is one sentence and exit status 2 before any trial starts.
 """
 
+import dataclasses
 import json
 import os
 import signal
@@ -290,6 +291,17 @@ def test_bad_space_files_name_the_file_and_the_problem(mrpc_files, tmp_path, cap
     assert "missing.yaml does not exist" in err
 
 
+@pytest.mark.slow
+def test_trials_failing_in_a_row_stop_the_worker_with_the_cause(mrpc_files, tmp_path, capsys):
+    # The MRPC fixture has 2 training rows: a batch of 4 fails in every trial, after the checks
+    # that run before the study (they do not read the features).
+    out = tmp_path / "study"
+    err = _error(_mrpc(mrpc_files, out, train_batch_size=4, use_xla="false", n_trials=10), capsys)
+    assert f"{tuning.MAX_FAILURES_IN_A_ROW} trials in a row failed, the last with: fine-tuning exited" in err
+    assert "fewer than --train_batch_size=4" in err and "trial_002/train.log" in err
+    assert [t.state.name for t in _study(str(out)).trials] == ["FAIL"] * tuning.MAX_FAILURES_IN_A_ROW
+
+
 def test_a_study_run_with_another_metric_is_refused(mrpc_files, tmp_path, capsys):
     out = tmp_path / "study"
     settings = tuning.TuneSettings(
@@ -315,8 +327,11 @@ def test_trial_command_passes_the_studys_flags_and_the_trials_parameters(tmp_pat
         eval_every_n_steps=50,
     )
     command = tuning.trial_command(settings, {"learning_rate": 3e-5, "train_batch_size": 16}, "/o/trial_001")
-    assert command[:6] == ["horovodrun", "-np", "2", "--gloo", "-H", "localhost:2"]
-    assert command[6:8] == [sys.executable, os.path.join(ROOT, "run_squad.py")]
+    bin_dir = os.path.dirname(sys.executable)
+    horovodrun = os.path.join(bin_dir, "horovodrun")
+    horovodrun = horovodrun if os.access(horovodrun, os.X_OK) else "horovodrun"
+    assert command[:7] == [horovodrun, "-np", "2", "--gloo", "-H", "localhost:2", sys.executable]
+    assert command[7] == os.path.join(ROOT, "run_squad.py")
     assert command[8:] == [
         "--train_file=t.json",
         "--nouse_xla",
@@ -328,3 +343,7 @@ def test_trial_command_passes_the_studys_flags_and_the_trials_parameters(tmp_pat
         "--nodo_predict",
         "--eval_every_n_steps=50",
     ]
+    one = tuning.trial_command(dataclasses.replace(settings, num_gpus=1), {}, "/o/trial_002")
+    assert one[:2] == [sys.executable, os.path.join(ROOT, "run_squad.py")]
+    mpirun = tuning.trial_command(dataclasses.replace(settings, launcher="mpirun"), {}, "/o/trial_003")
+    assert os.path.basename(mpirun[0]) == "mpirun" and "-np" in mpirun and "--gloo" in mpirun

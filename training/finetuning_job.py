@@ -195,11 +195,11 @@ def periodic_evaluation(step, task, split: str, every: int, last: int, features,
     """loop.train's after_update for --eval_every_n_steps: every `every` updates before the last
     (whose evaluation follows training), the official metrics of `split` into the log (log.jsonl's
     {"step", "eval"} lines and TensorBoard's eval/ scalars); nothing is written on other ranks."""
-    arrays, context = features
 
     def after_update(current: int) -> None:
         if current % every or current >= last or not log.enabled:
             return
+        arrays, context = features  # rank 0's (None on the others, which never get here)
         outputs = predict(step, arrays, batch_size, f"evaluate {split} at step {current}", log.stream)
         metrics = task.dev_metrics(split, outputs, context)
         if metrics is not None:

@@ -49,6 +49,8 @@ SQUAD_METRICS = {
     True: ("f1", "exact", "best_f1", "best_exact", "HasAns_f1", "HasAns_exact", "NoAns_f1", "NoAns_exact"),
 }
 STORAGE_FILE = "study.db"
+# A worker whose trials fail this many times in a row stops: the cause is the setup, not the draw.
+MAX_FAILURES_IN_A_ROW = 3
 
 
 class TrialFailed(Exception):
@@ -101,7 +103,7 @@ class TuneSettings:
     study_name: str | None = None  # default: the output directory's name
     storage: str | None = None  # default: sqlite:///<output_dir>/study.db
     num_gpus: int = 1
-    launcher: str = "horovodrun"
+    launcher: str = "horovodrun"  # for num_gpus > 1: horovodrun or mpirun
     launcher_args: str = ""
     heartbeat_seconds: int = 60
 
@@ -124,6 +126,8 @@ def validate(s: TuneSettings) -> str:
             raise UserError(f"--{name} must be >= 0 (got {getattr(s, name)}).")
     if s.timeout_seconds is not None and not s.timeout_seconds > 0:
         raise UserError(f"--timeout must be positive (got {s.timeout_seconds}).")
+    if s.launcher not in ("horovodrun", "mpirun"):
+        raise UserError(f"The trial launcher must be horovodrun or mpirun (got {s.launcher!r}).")
     if s.sampler not in SAMPLERS:
         raise UserError(f"--sampler must be one of {', '.join(SAMPLERS)} (got {s.sampler!r}).")
     if s.pruner not in PRUNERS:
@@ -237,18 +241,20 @@ def _counts(study) -> dict[str, int]:
 def trial_command(s: TuneSettings, params: dict, trial_dir: str) -> list[str]:
     """The fine-tuning command of one trial: [launcher ...] python run_classifier.py|run_squad.py
     <the study's trial flags> <the trial's parameters> --output_dir --do_train --do_eval
-    --eval_every_n_steps."""
+    --eval_every_n_steps. Several GPUs start as the fine-tuning launchers start them
+    (training/launch_settings: horovodrun, or mpirun)."""
+    from training.launch_settings import launch_prefix
+
     entry = os.path.join(ROOT, "run_squad.py" if is_squad(s.task_name) else "run_classifier.py")
-    launch = []
-    if s.num_gpus > 1:
-        launch = [s.launcher, "-np", str(s.num_gpus), *shlex.split(s.launcher_args)]
+    launcher = s.launcher if s.num_gpus > 1 else "direct"
+    as_root = hasattr(os, "geteuid") and os.geteuid() == 0
+    launch = launch_prefix(launcher, s.num_gpus, sys.executable, shlex.split(s.launcher_args), as_root)
     flags = [
         f"--{name}={value!r}" if isinstance(value, float) else f"--{name}={value}"
         for name, value in params.items()
     ]
     return [
         *launch,
-        sys.executable,
         entry,
         *s.trial_flags,
         *flags,
@@ -313,6 +319,7 @@ class Objective:
         self.metric = metric
         self.say = say
         self.poll_seconds = poll_seconds
+        self.last_number = None  # the trial this worker ran last
 
     def __call__(self, trial) -> float:
         import optuna
@@ -321,6 +328,7 @@ class Objective:
         from training.metrics_log import LOG_NAME, read_log
 
         s = self.s
+        self.last_number = trial.number
         earlier = [
             t
             for t in trial.study.get_trials(deepcopy=False)
@@ -379,7 +387,9 @@ class Objective:
                 _stop(child)
         trial.set_user_attr("last_step", last_step)
         if child.returncode != 0:
-            raise TrialFailed(f"fine-tuning exited with status {child.returncode}: {_tail(console)}")
+            error = f"fine-tuning exited with status {child.returncode}: {_tail(console)}"
+            trial.set_user_attr("error", error[-2000:])
+            raise TrialFailed(error)
         value = _final_value(trial_dir, self.metric)
         if last_step and last_step not in reported:
             trial.report(value, last_step)
@@ -419,6 +429,7 @@ def run(s: TuneSettings, stream=None, poll_seconds: float = 1.0) -> dict:
         say(f"  {dim.name}: {dim.describe()}")
     objective = Objective(s, metric, say, poll_seconds)
     waited = False
+    failures = 0  # this worker's trials failed in a row
     while True:
         with _quiet_experimental():
             optuna.storages.fail_stale_trials(study)
@@ -441,11 +452,18 @@ def run(s: TuneSettings, stream=None, poll_seconds: float = 1.0) -> dict:
         waited = False
         with _quiet_experimental():
             study.optimize(objective, n_trials=1, catch=(TrialFailed,))
-        last = study.get_trials(deepcopy=False)[-1] if study.get_trials(deepcopy=False) else None
-        if last is not None and last.state.name == "FAIL" and not last.user_attrs.get("surplus"):
-            say(
-                f"trial {last.number} failed: see {os.path.join(last.user_attrs.get('output_dir', ''), 'train.log')}"
-            )
+        mine = next(t for t in study.get_trials(deepcopy=False) if t.number == objective.last_number)
+        if mine.state.name == "FAIL" and not mine.user_attrs.get("surplus"):
+            failures += 1
+            console = os.path.join(mine.user_attrs.get("output_dir", ""), "train.log")
+            say(f"trial {mine.number} failed: see {console}")
+            if failures >= MAX_FAILURES_IN_A_ROW:
+                raise UserError(
+                    f"{failures} trials in a row failed, the last with: {mine.user_attrs.get('error')} "
+                    f"(full output: {console})"
+                )
+        else:
+            failures = 0
         counts, best = _counts(study), _best_value(study)
         shown = f"best {metric} {best[1]:.4f} (trial {best[0]})" if best else "no complete trial yet"
         say(
