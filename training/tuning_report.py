@@ -91,6 +91,7 @@ def best_trial(study, metric: str) -> dict | None:
     }
 
 
+LEGEND = {"pruned": "pruned (its value when cut)"}
 STYLE = {"complete": ("-", "o"), "pruned": ("--", "x"), "fail": (":", "s"), "running": (":", ".")}
 
 
@@ -164,14 +165,14 @@ def write_plots(output_dir: str, study, rows: list[dict], metric: str) -> list[s
             [p[0] for p in mine],
             [p[1] for p in mine],
             marker=STYLE.get(state, STYLE["running"])[1],
-            label=state,
+            label=LEGEND.get(state, state),
         )
         html.add_trace(
             go.Scatter(
                 x=[p[0] for p in mine],
                 y=[p[1] for p in mine],
                 mode="markers",
-                name=state,
+                name=LEGEND.get(state, state),
                 text=[f"trial {p[3]}" for p in mine],
             )
         )
