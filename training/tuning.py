@@ -39,7 +39,7 @@ import time
 
 from common.errors import UserError
 from common.files import ensure_writable_dir, read_json
-from training.tuning_report import report
+from training.tuning_report import best_complete, report
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SAMPLERS = ("tpe", "random")
@@ -63,7 +63,7 @@ class TrialFailed(Exception):
 def task_metrics(task_name: str, version_2_with_negative: bool = False) -> tuple[str, ...]:
     """The official dev metrics of a task (the first is the default to maximise): SQuAD's
     evaluation script's keys, GLUE's per-task metrics."""
-    if task_name.strip().lower() in ("squad", "squad1", "squad2"):
+    if is_squad(task_name):
         return SQUAD_METRICS[version_2_with_negative or task_name.strip().lower() == "squad2"]
     from data.glue import TASKS, get_task
 
@@ -434,7 +434,6 @@ def run(s: TuneSettings, stream=None, poll_seconds: float = 1.0) -> dict:
         with _quiet_experimental():
             optuna.storages.fail_stale_trials(study)
         counts = _counts(study)
-        best = _best_value(study)
         if counts["finished"] >= s.n_trials:
             break
         if s.timeout_seconds is not None and time.monotonic() - started >= s.timeout_seconds:
@@ -464,24 +463,14 @@ def run(s: TuneSettings, stream=None, poll_seconds: float = 1.0) -> dict:
                 )
         else:
             failures = 0
-        counts, best = _counts(study), _best_value(study)
-        shown = f"best {metric} {best[1]:.4f} (trial {best[0]})" if best else "no complete trial yet"
+        counts, best = _counts(study), best_complete(study)
+        shown = f"best {metric} {best.value:.4f} (trial {best.number})" if best else "no complete trial yet"
         say(
             f"{counts['finished']}/{s.n_trials} trials done ({counts['COMPLETE']} complete, "
             f"{counts['PRUNED']} pruned), {counts['FAIL']} failed; {shown}"
         )
     results = report(s.output_dir, s.space, study, metric, stream)
     return {**results, "study": study}
-
-
-def _best_value(study):
-    from optuna.trial import TrialState
-
-    complete = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
-    if not complete:
-        return None
-    best = max(complete, key=lambda t: t.value)
-    return best.number, best.value
 
 
 @contextlib.contextmanager

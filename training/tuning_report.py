@@ -68,16 +68,21 @@ def write_table(path: str, rows: list[dict], metric: str) -> None:
                 f.write("\t".join("" if v is None else str(v) for v in row.values()) + "\n")
 
 
+def best_complete(study):
+    """The complete trial with the highest value (Optuna's best_trial), or None before one."""
+    try:
+        return study.best_trial
+    except ValueError:  # no complete trial yet
+        return None
+
+
 def best_trial(study, metric: str) -> dict | None:
     """The best complete trial: number, metric, parameters, output directory, checkpoint."""
-    from optuna.trial import TrialState
-
     from training.checkpointing import latest_checkpoint
 
-    complete = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
-    if not complete:
+    best = best_complete(study)
+    if best is None:
         return None
-    best = max(complete, key=lambda t: t.value)
     params = {**best.user_attrs, **best.params}  # fixed values are user attributes
     output_dir = best.user_attrs.get("output_dir")
     return {
