@@ -1,7 +1,7 @@
 """Optimizers (LAMB, AdamW, Google's AdamWeightDecay), learning-rate schedules, weight-decay rule.
 
-Gradient accumulation (optimization.accumulation) and loss scaling (optimization.loss_scale) are
-imported from their modules by training/.
+Loss scaling (optimization.loss_scale) is imported from its module by training/; gradient
+accumulation is a loop inside the compiled train step (training/train_step.py).
 """
 
 from optimization.adamw import AdamW, AdamWeightDecay, DecoupledWeightDecayAdam

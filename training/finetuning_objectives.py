@@ -38,6 +38,7 @@ class SpanObjective(Objective):
     end_positions [B] (0, the [CLS], for no answer in the window)."""
 
     terms = {"span_loss": "examples"}
+    sums = ("span_loss", "start_correct", "end_correct")
 
     def denominators(self, features):
         return _examples(features, "start_positions")
@@ -63,6 +64,7 @@ class ClassificationObjective(Objective):
     """BertClassifier outputs {logits [B, classes]} against label_ids int [B]."""
 
     terms = {"classification_loss": "examples"}
+    sums = ("classification_loss", "correct")
 
     def denominators(self, features):
         return _examples(features, "label_ids")
@@ -81,6 +83,7 @@ class RegressionObjective(Objective):
     """BertClassifier(num_classes=1) outputs {logits [B, 1]} against float label_ids [B]."""
 
     terms = {"regression_loss": "examples"}
+    sums = ("regression_loss",)
 
     def denominators(self, features):
         return _examples(features, "label_ids")

@@ -27,10 +27,13 @@ class Objective:
     implement `denominators` and `__call__`; `metrics` and `result_names` are optional.
 
     terms: {term name: denominator name}; the loss is the sum of the normalised terms.
+    sums: the names of the sums `__call__` returns (the terms and metric numerators); the train
+    step carries them through its compiled micro-batch loop (it checks that they match).
     result_names: {metric name: name written to eval_results.json} (identity when absent).
     """
 
     terms: Mapping[str, str] = {}
+    sums: tuple[str, ...] = ()
     result_names: Mapping[str, str] = {}
 
     def denominators(self, features) -> dict:

@@ -16,6 +16,7 @@ class PretrainingObjective(Objective):
     features (masked_lm_ids/weights [B, P], next_sentence_labels [B, 1])."""
 
     terms = {"mlm_loss": "masked_tokens", "nsp_loss": "sequences"}
+    sums = ("mlm_loss", "nsp_loss", "mlm_correct", "nsp_correct")
     # Google's names in eval_results.json.
     result_names = {
         "mlm_accuracy": "masked_lm_accuracy",

@@ -1,15 +1,23 @@
-"""The project's one train step: XLA-compiled micro-batch gradients accumulated in float32, a
-Horovod sum across workers, then one optimizer update (skipped when not finite).
+"""The project's one train step: XLA-compiled micro-batch gradients summed in float32, a Horovod
+sum across workers, then one optimizer update (skipped when not finite).
 
 What is minimised comes from an `Objective` (training/objective.py): pretraining's MLM + NSP
 loss, or a fine-tuning task's. Its loss terms are sums divided by counts taken over the WHOLE
 update (every micro-batch of every worker), so the update equals that of one big batch however
-it is split; the accumulator therefore holds gradient sums and workers add them (Horovod Sum).
+it is split; an update's gradient is therefore a sum over its micro-batches, and workers add
+theirs (Horovod Sum).
 
 One update consumes exactly `accumulation_steps` micro-batches; nothing is applied before the
 first k micro-batches are in (NVIDIA's TF2 loop applied an extra update at the start of each
 host loop). The learning-rate schedule reads `optimizer.iterations`, which only advances when an
 update is applied, so skipped fp16 steps do not advance it.
+
+How an update is compiled: the k micro-batches are stacked and their gradients summed in one
+compiled loop (the sums are loop values, not variables: nothing is written to memory between
+micro-batches). With one worker the loop and the optimizer update are ONE XLA program per
+update. With several, Horovod's allreduce is not an XLA op (its XLA kernels do not build against
+TF 2.21), so the gradient program hands its sums to the allreduce and a second program applies
+the update.
 """
 
 from __future__ import annotations
@@ -18,7 +26,6 @@ import itertools
 
 import tensorflow as tf
 
-from optimization.accumulation import GradientAccumulator
 from optimization.loss_scale import DynamicLossScale
 from training.distributed import Distributed
 from training.objective import Objective
@@ -66,16 +73,15 @@ class TrainStep:
         self.distributed = distributed or Distributed(use_horovod=False)
         self.variables = list(model.trainable_variables)
         optimizer.build(self.variables)
-        self.accumulator = GradientAccumulator(self.variables)
         if loss_scale is None:
             loss_scale = DynamicLossScale(enabled=model.dtype_policy.name == "mixed_float16")
         self.loss_scale = loss_scale
         self.fp16_compression = loss_scale.enabled if fp16_compression is None else fp16_compression
         self._denominators = tf.function(self._sum_denominators)
-        self._micro_step = tf.function(self._compute_and_accumulate, jit_compile=jit_compile)
+        self._whole_update = tf.function(self._compute_and_apply, jit_compile=jit_compile)
+        self._gradients = tf.function(self._gradient_sums, jit_compile=jit_compile)
         self._update = tf.function(self._apply_update, jit_compile=jit_compile)
-        # Horovod's allreduce is not an XLA op (its XLA kernels do not build against TF 2.21), so
-        # the cross-worker sums run in their own, uncompiled graph between the XLA parts.
+        # The cross-worker sums run in their own, uncompiled graph between the XLA programs.
         self._sum_gradients = tf.function(
             lambda tensors: self.distributed.sum(tensors, compression_fp16=self.fp16_compression)
         )
@@ -102,14 +108,47 @@ class TrainStep:
             ]
         )
 
-    def _compute_and_accumulate(self, features, denominators):
+    def _micro_batch_gradients(self, features, denominators):
+        """float32 gradients (unscaled) and the objective's sums of one micro-batch."""
         with tf.GradientTape() as tape:
             outputs = self.model(features, training=True)
             sums = self.objective(outputs, features)
             scaled = self.loss_scale.scale_loss(self._loss(sums, denominators))
-        gradients = [tf.convert_to_tensor(g) for g in tape.gradient(scaled, self.variables)]
-        self.accumulator.add(self.loss_scale.unscale(gradients))
-        return sums
+        if set(sums) != set(self.objective.sums):
+            raise ValueError(
+                f"{type(self.objective).__name__} returned the sums {sorted(sums)} but declares "
+                f"{sorted(self.objective.sums)} (Objective.sums)."
+            )
+        gradients = [tf.cast(tf.convert_to_tensor(g), tf.float32) for g in tape.gradient(scaled, self.variables)]
+        return self.loss_scale.unscale(gradients), sums
+
+    def _gradient_sums(self, stacked, denominators):
+        """The update's gradient sums and objective sums over its micro-batches: `stacked` holds
+        them along a new leading axis [k, ...] (one micro-batch as is when k is 1)."""
+        k = self.accumulation_steps
+        if k == 1:
+            return self._micro_batch_gradients(stacked, denominators)
+
+        def body(i, gradients, totals):
+            g, sums = self._micro_batch_gradients({n: t[i] for n, t in stacked.items()}, denominators)
+            return i + 1, [a + b for a, b in zip(gradients, g)], _add(totals, sums)
+
+        start = (
+            tf.constant(0),
+            [tf.zeros(v.shape, tf.float32) for v in self.variables],
+            {name: tf.constant(0.0) for name in self.objective.sums},
+        )
+        _, gradients, totals = tf.while_loop(lambda i, *_: i < k, body, start, parallel_iterations=1)
+        return gradients, totals
+
+    def _compute_and_apply(self, stacked):
+        """One worker's whole update in one program: counts, gradients, the optimizer update."""
+        k = self.accumulation_steps
+        micro_batches = [stacked] if k == 1 else [{n: t[i] for n, t in stacked.items()} for i in range(k)]
+        denominators = self._sum_denominators(micro_batches)
+        gradients, sums = self._gradient_sums(stacked, denominators)
+        totals = {**sums, **denominators}
+        return totals, self._apply_update(gradients, totals)
 
     def _apply_update(self, gradients, totals):
         finite = tf.logical_and(tf.math.is_finite(self._loss(totals, totals)), _all_finite(gradients))
@@ -120,7 +159,6 @@ class TrainStep:
 
         applied = tf.cond(finite, apply, lambda: tf.constant(False))
         self.loss_scale.update(finite)
-        self.accumulator.reset()
         return applied
 
     def _evaluate_batch(self, features):
@@ -144,18 +182,19 @@ class TrainStep:
                 f"the input ran out after {len(batches)} of {self.accumulation_steps} "
                 "micro-batches of an update."
             )
-        denominators = self._denominators(batches)
-        if self.distributed.size > 1:
-            denominators = self._sum_named(denominators)
-        totals = {}
-        for features in batches:
-            totals = _add(totals, self._micro_step(features, denominators))
-        gradients = self.accumulator.sums
-        if self.distributed.size > 1:
+        if self.accumulation_steps == 1:
+            stacked = batches[0]
+        else:
+            stacked = {name: tf.stack([b[name] for b in batches]) for name in batches[0]}
+        if self.distributed.size == 1:
+            totals, applied = self._whole_update(stacked)
+        else:
+            denominators = self._sum_named(self._denominators(batches))
+            gradients, sums = self._gradients(stacked, denominators)
             gradients = self._sum_gradients(gradients)
-            totals = self._sum_named(totals)
-        totals = {**totals, **denominators}
-        applied = bool(self._update(gradients, totals))
+            totals = {**self._sum_named(sums), **denominators}
+            applied = self._update(gradients, totals)
+        applied = bool(applied)
         names = sorted(totals)
         values = tf.stack([totals[name] for name in names]).numpy()
         return {
@@ -193,8 +232,8 @@ class TrainStep:
     @property
     def state_variables(self):
         """Everything besides the model weights that decides the next updates: optimizer slots
-        and iterations, loss-scale state. The accumulator is not in it: it is zero between
-        updates, which is where checkpoints are taken."""
+        and iterations, loss-scale state. Gradient sums never outlive an update (they are values
+        inside the compiled programs), so there is nothing else."""
         return [*self.optimizer.variables, *self.loss_scale.variables]
 
     def broadcast(self) -> None:
