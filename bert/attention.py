@@ -24,7 +24,13 @@ def dense(units, config: BertConfig, name, dtype, activation=None):
 @keras.saving.register_keras_serializable(package="bert")
 class SelfAttention(keras.layers.Layer):
     """Scaled dot-product attention over all heads: x [B, S, D] and the additive attention_bias
-    [B, 1, 1, S] (attention_bias_from_mask) -> context [B, S, D]."""
+    [B, 1, 1, S] (attention_bias_from_mask) -> context [B, S, D].
+
+    The weights are Google's three projections (query, key, value: kernels [D, D], biases [D]),
+    which checkpoints read and write by name; the call concatenates them into one [D, 3D]
+    projection, so the queries, keys and values come out of one matrix product that reads x
+    once (and one [3D]-wide weight gradient on the way back).
+    """
 
     def __init__(self, config, **kwargs):
         super().__init__(**kwargs)
@@ -41,15 +47,21 @@ class SelfAttention(keras.layers.Layer):
         for layer in (self.query, self.key, self.value):
             layer.build((None, None, self.config.hidden_size))
 
-    def _split_heads(self, x):
+    def _queries_keys_values(self, x):
+        """x [B, S, D] -> queries, keys, values, each [B, N, S, H], from one [D, 3D] product."""
+        projections = (self.query, self.key, self.value)
+        kernel = ops.concatenate(
+            [ops.cast(p.kernel, self.compute_dtype) for p in projections], axis=1
+        )  # [D, 3D]
+        bias = ops.concatenate([ops.cast(p.bias, self.compute_dtype) for p in projections], axis=0)  # [3D]
+        qkv = ops.matmul(x, kernel) + bias  # [B, S, 3D]
         b, s = ops.shape(x)[0], ops.shape(x)[1]
-        x = ops.reshape(x, (b, s, self.config.num_attention_heads, self.config.head_size))  # [B, S, N, H]
-        return ops.transpose(x, (0, 2, 1, 3))  # [B, N, S, H]
+        n, h = self.config.num_attention_heads, self.config.head_size
+        qkv = ops.transpose(ops.reshape(qkv, (b, s, 3, n, h)), (2, 0, 3, 1, 4))  # [3, B, N, S, H]
+        return qkv[0], qkv[1], qkv[2]
 
     def call(self, x, attention_bias, training=False):
-        q = self._split_heads(self.query(x))  # [B, N, S, H]
-        k = self._split_heads(self.key(x))  # [B, N, S, H]
-        v = self._split_heads(self.value(x))  # [B, N, S, H]
+        q, k, v = self._queries_keys_values(x)  # [B, N, S, H] each
         scores = ops.matmul(q, ops.transpose(k, (0, 1, 3, 2)))  # [B, N, S, S]
         # Softmax in float32: bf16/fp16 scores lose the small differences that matter here.
         scores = ops.cast(scores, "float32") * (1.0 / math.sqrt(self.config.head_size))
