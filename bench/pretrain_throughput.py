@@ -5,6 +5,7 @@
     .venv/bin/python bench/pretrain_throughput.py --models base --precisions fp32 --xla on \\
         --data synthetic --accumulation 1                     # one headline row pair
     .venv/bin/python bench/pretrain_throughput.py --seq_lengths 128,512 --horovod_workers 2
+    .venv/bin/python bench/pretrain_throughput.py --baseline HEAD~2,HEAD~1   # levers on/off
 
 What one measured update is, per stack:
 
@@ -39,6 +40,11 @@ the parent reports the median seq/s, its spread (min-max and (max-min)/median), 
 the per-repeat ratios ours/keras-hub with their min-max, and each child's peak RSS (ru_maxrss,
 build and compile included). keras-hub is re-measured beside each of our rows (accumulation and
 worker variants included) so every ratio has its own paired reference.
+
+Levers on/off: --baseline REV[,REV...] adds, beside each of our rows, our update as the library
+was at each git revision (a temporary `git worktree` of it; its child imports bert/, training/
+and optimization/ from there, measured by this file): a revision before a speed change against
+the working tree shows what that change pays, paired and interleaved like the keras-hub rows.
 
 Settings applied to both stacks alike: TF gets one intra-op thread per usable core (per worker
 under Horovod) and one inter-op thread (bench/model_throughput.py says why); the precision is
@@ -83,7 +89,10 @@ import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+# Where the library is imported from: this checkout, or (in a --baseline child) a worktree of an
+# earlier revision.
+CODE_ROOT = os.environ.get("BENCH_CODE_ROOT", ROOT)
+sys.path.insert(0, CODE_ROOT)
 
 # Pure Python: the parent never imports TensorFlow.
 from bench.model_throughput import (  # noqa: E402
@@ -352,10 +361,10 @@ def measure(spec: dict, rank_holder: dict) -> None:
     tf.config.threading.set_inter_op_parallelism_threads(1)
     if spec["deterministic"]:
         tf.config.experimental.enable_op_determinism()
-    build = build_ours if spec["stack"] == "ours" else build_keras_hub
-    update, sequences, dist = build(spec)
+    ours = spec["stack"] != "keras-hub"  # "ours", or "ours@REV" for a --baseline revision
+    update, sequences, dist = (build_ours if ours else build_keras_hub)(spec)
     rank_holder.update(rank=dist.rank, size=dist.size)
-    per_update = spec["accumulation"] if spec["stack"] == "ours" else 1
+    per_update = spec["accumulation"] if ours else 1
     tag = f"{spec['label']} {spec['stack']}" + (f" rank {dist.rank}" if dist.size > 1 else "")
 
     start = time.perf_counter()
@@ -423,10 +432,12 @@ class Child:
         if self.workers > 1:
             n = str(self.workers)
             argv = [horovodrun_path(), "-np", n, "-H", f"localhost:{n}", "--gloo", *argv]
+        code_root = spec.get("code_root", ROOT)
         env = dict(
             os.environ,
             PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
-            PYTHONPATH=ROOT,
+            PYTHONPATH=code_root,
+            BENCH_CODE_ROOT=code_root,
             # OpenMPI's busy polling would take the cores from TensorFlow (tests/conftest.py).
             OMPI_MCA_mpi_yield_when_idle="1",
         )
@@ -439,7 +450,7 @@ class Child:
             stderr=subprocess.PIPE,
             text=True,
             env=env,
-            cwd=ROOT,
+            cwd=code_root,
             start_new_session=True,  # horovodrun's workers can be ended with it as one group
         )
         self.events: queue.Queue = queue.Queue()
@@ -668,15 +679,15 @@ def measure_pair(specs: dict, repeats: int, workdir: str, timeout_s: float) -> d
 
 
 def table_rows(config_label: str, workers: int, results: dict) -> list[list[str]]:
+    """One row per stack of `results` ({stack: measure_pair's result}, in --stacks order)."""
     rows = []
-    ours, peer = results.get("ours"), results.get("keras-hub")
+    peer = results.get("keras-hub")
     peer_totals = [sum(r) for r in peer["rates"]] if peer and "error" not in peer else []
-    for name, result in (("ours", ours), ("keras-hub", peer)):
-        if result is None:
-            continue
-        stack = "ours (LAMB" + (f", {workers} workers)" if name == "ours" and workers > 1 else ")")
+    for name, result in results.items():
         if name == "keras-hub":
             stack = "keras-hub (AdamW)"
+        else:
+            stack = name + " (LAMB" + (f", {workers} workers)" if workers > 1 else ")")
         totals = [sum(r) for r in result["rates"]]
         if "error" in result:
             rows.append([config_label, stack, "FAILED", result["error"], "-", "-"])
@@ -689,15 +700,41 @@ def table_rows(config_label: str, workers: int, results: dict) -> list[list[str]
         rss = max(result["rss"]) if result["rss"] else float("nan")
         rss_cell = f"{rss:,.0f}" if len(result["rss"]) == 1 else f"{len(result['rss'])} x {rss:,.0f}"
         ratio = "-"
-        if name == "ours" and peer_totals:
+        if name == "keras-hub":
+            ratio = "1"
+        elif peer_totals:
             pairs = [o / p for o, p in zip(totals, peer_totals)]
             ratio = f"{statistics.median(pairs):.3f}" + (
                 f" ({min(pairs):.3f}-{max(pairs):.3f})" if len(pairs) > 1 else ""
             )
-        elif name == "keras-hub":
-            ratio = "1"
         rows.append([config_label, stack, cell, spread(totals), ratio, rss_cell])
     return rows
+
+
+def add_worktree(workdir: str, revision: str) -> tuple[str, str]:
+    """A detached git worktree of `revision` under workdir: (stack name ours@<short rev>, path)."""
+    try:
+        short = subprocess.run(
+            ["git", "-C", ROOT, "rev-parse", "--short", f"{revision}^{{commit}}"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    except subprocess.CalledProcessError as err:
+        raise SystemExit(f"--baseline: git knows no revision {revision!r} ({err.stderr.strip()}).") from None
+    path = os.path.join(workdir, f"worktree-{short}")
+    subprocess.run(
+        ["git", "-C", ROOT, "worktree", "add", "--detach", "--quiet", path, short],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return f"ours@{short}", path
+
+
+def remove_worktrees(paths: list[str]) -> None:
+    for path in paths:
+        subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", path], capture_output=True)
 
 
 def markdown_table(headers: list[str], rows: list[list[str]]) -> str:
@@ -752,6 +789,12 @@ def main() -> None:
         default=1,
         help="N > 1 also measures ours under horovodrun --gloo with N local workers (each with "
         "threads/N intra-op threads), reporting total and per-worker seq/s [1]",
+    )
+    parser.add_argument(
+        "--baseline",
+        default=None,
+        metavar="REV[,REV]",
+        help="also measure our update as it was at these git revisions (levers on/off) []",
     )
     parser.add_argument(
         "--stacks", default="ours,keras-hub", help="comma list of ours, keras-hub [ours,keras-hub]"
@@ -855,7 +898,12 @@ def main() -> None:
         raise SystemExit("Nothing to measure: --stacks names no available stack.")
 
     workdir = tempfile.mkdtemp(prefix="pretrain_throughput_")
+    baselines: dict[str, str] = {}  # stack name -> worktree
     try:
+        for revision in parse_list(args.baseline, None, "--baseline") if args.baseline else []:
+            name, path = add_worktree(workdir, revision)
+            baselines[name] = path
+            log(f"--baseline {revision}: {name} from a worktree at {path}")
         if "tfrecord" in data_modes:
             for s in seq_lengths:
                 if s not in tfrecords:
@@ -909,12 +957,10 @@ def main() -> None:
             }
             specs = {}
             if "ours" in stacks:
-                specs["ours"] = {
-                    **spec,
-                    "stack": "ours",
-                    "workers": workers,
-                    "threads": max(1, threads // workers),
-                }
+                ours = {**spec, "workers": workers, "threads": max(1, threads // workers)}
+                for name, path in baselines.items():
+                    specs[name] = {**ours, "stack": name, "code_root": path}
+                specs["ours"] = {**ours, "stack": "ours"}
             if "keras-hub" in stacks:
                 specs["keras-hub"] = {**spec, "stack": "keras-hub", "accumulation": 1}
             log(f"[{i}/{len(groups)}] {label}" + (f", ours on {workers} workers" if workers > 1 else ""))
@@ -924,6 +970,7 @@ def main() -> None:
             rows += table_rows(label, workers, results)
         total_s = time.perf_counter() - started
     finally:
+        remove_worktrees(list(baselines.values()))
         shutil.rmtree(workdir, ignore_errors=True)
 
     print(
