@@ -63,11 +63,11 @@ if [[ $# -gt 0 ]]; then
 else
   pythons+=(.)  # ruff finds the files itself and skips what pyproject.toml excludes
   [[ -f Dockerfile ]] && dockerfiles+=(Dockerfile)
-  # Every *.sh and *.sub outside the virtual environment and git's own files, plus the CI entry.
+  # Every *.sh and *.sub git tracks or would track (not what .gitignore keeps out, such as
+  # results/), plus the CI entry.
   while IFS= read -r -d '' path; do
-    scripts+=("${path#./}")
-  done < <(find . \( -path ./.venv -o -path ./.git -o -path ./node_modules \) -prune -o \
-             -type f \( -name '*.sh' -o -name '*.sub' \) -print0 | sort -z)
+    [[ -f "$path" ]] && scripts+=("$path")
+  done < <(git ls-files -z --cached --others --exclude-standard -- '*.sh' '*.sub' | sort -z)
   [[ -f .ci/run ]] && scripts+=(.ci/run)
 fi
 

@@ -119,7 +119,9 @@ class TrainStep:
                 f"{type(self.objective).__name__} returned the sums {sorted(sums)} but declares "
                 f"{sorted(self.objective.sums)} (Objective.sums)."
             )
-        gradients = [tf.cast(tf.convert_to_tensor(g), tf.float32) for g in tape.gradient(scaled, self.variables)]
+        gradients = [
+            tf.cast(tf.convert_to_tensor(g), tf.float32) for g in tape.gradient(scaled, self.variables)
+        ]
         return self.loss_scale.unscale(gradients), sums
 
     def _gradient_sums(self, stacked, denominators):
