@@ -38,6 +38,37 @@ def read_log(path: str) -> list[dict]:
     return entries
 
 
+class LogFollower:
+    """Reads a log.jsonl as it grows: each call of `new_entries` returns the objects of the lines
+    completed since the last call (a line still being written waits for its newline). A file
+    that shrank or was replaced (a resumed run rewrites it) is read again from its start."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._offset = 0
+        self._identity = None
+
+    def new_entries(self) -> list[dict]:
+        try:
+            with open(self.path, "rb") as f:
+                stat = os.fstat(f.fileno())
+                if (stat.st_dev, stat.st_ino) != self._identity or stat.st_size < self._offset:
+                    self._identity, self._offset = (stat.st_dev, stat.st_ino), 0
+                f.seek(self._offset)
+                data = f.read()
+        except FileNotFoundError:
+            return []
+        complete = data[: data.rfind(b"\n") + 1]
+        self._offset += len(complete)
+        entries = []
+        for line in complete.decode("utf-8", errors="replace").splitlines():
+            try:
+                entries.append(json.loads(line))
+            except ValueError:
+                continue  # not a log object; the next lines still are
+        return entries
+
+
 def _json_number(value):
     """JSON has no NaN or Infinity: non-finite floats are written as strings ("nan", "inf")."""
     if isinstance(value, float) and not math.isfinite(value):

@@ -325,7 +325,7 @@ class Objective:
         import optuna
         from optuna.trial import TrialState
 
-        from training.metrics_log import LOG_NAME, read_log
+        from training.metrics_log import LOG_NAME, LogFollower
 
         s = self.s
         self.last_number = trial.number
@@ -346,7 +346,7 @@ class Objective:
             trial.set_user_attr(name, value)  # fixed values too (Optuna keeps only drawn ones)
         shown = "  ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in params.items())
         self.say(f"trial {trial.number}: {shown}  -> {trial_dir}")
-        log_path = os.path.join(trial_dir, LOG_NAME)
+        log = LogFollower(os.path.join(trial_dir, LOG_NAME))
         console = os.path.join(trial_dir, "train.log")
         reported: set[int] = set()
         last_step = 0
@@ -363,7 +363,7 @@ class Objective:
             try:
                 while True:
                     done = child.poll() is not None
-                    for entry in read_log(log_path):
+                    for entry in log.new_entries():
                         last_step = max(last_step, int(entry.get("step", 0)))
                         value = entry.get("eval", {}).get(self.metric)
                         if value is None or entry["step"] in reported:
