@@ -11,9 +11,10 @@ What one measured update is, per stack:
 
 - ours: what run_pretraining.py runs, built by the same library calls training/pretraining_job.py
   makes (configure_precision, BertPretrainer, WarmupPolynomialDecay + create_optimizer("lamb"),
-  PretrainingStep with the job's seed, determinism and input settings): `accumulation` XLA
-  micro-batch gradient passes, the Horovod sum (under --horovod_workers), one LAMB update, and the
-  host-side metric read-back that ends every update of the job.
+  PretrainingStep with the job's seed, determinism and input settings): the `accumulation`
+  micro-batches in one compiled loop and the LAMB update (one XLA program per update on one
+  worker; under --horovod_workers the loop, the Horovod sum, then the update), and the host-side
+  metric read-back that ends every update of the job.
 - keras-hub 0.32: BertBackbone of the same sizes + MaskedLMHead (tied to the backbone's
   token_embedding, gelu, the masked positions as mask_positions) + Dense(2) on the pooled output,
   keras.optimizers.AdamW(1e-4, weight_decay=0.01), in a tf.function(jit_compile=XLA) step with
