@@ -36,6 +36,11 @@ def _add(totals: dict, values: dict) -> dict:
     return {name: totals[name] + value if name in totals else value for name, value in values.items()}
 
 
+def _micro_batch(stacked, i):
+    """Micro-batch i of features stacked along a new leading axis [k, ...]."""
+    return {name: tensor[i] for name, tensor in stacked.items()}
+
+
 def _all_finite(tensors):
     return tf.reduce_all([tf.reduce_all(tf.math.is_finite(t)) for t in tensors])
 
@@ -132,7 +137,7 @@ class TrainStep:
             return self._micro_batch_gradients(stacked, denominators)
 
         def body(i, gradients, totals):
-            g, sums = self._micro_batch_gradients({n: t[i] for n, t in stacked.items()}, denominators)
+            g, sums = self._micro_batch_gradients(_micro_batch(stacked, i), denominators)
             return i + 1, [a + b for a, b in zip(gradients, g)], _add(totals, sums)
 
         start = (
@@ -146,7 +151,7 @@ class TrainStep:
     def _compute_and_apply(self, stacked):
         """One worker's whole update in one program: counts, gradients, the optimizer update."""
         k = self.accumulation_steps
-        micro_batches = [stacked] if k == 1 else [{n: t[i] for n, t in stacked.items()} for i in range(k)]
+        micro_batches = [stacked] if k == 1 else [_micro_batch(stacked, i) for i in range(k)]
         denominators = self._sum_denominators(micro_batches)
         gradients, sums = self._gradient_sums(stacked, denominators)
         totals = {**sums, **denominators}
