@@ -96,7 +96,11 @@ def define_flags(
     boolean("do_predict", "Predict the test data and write the prediction / submission files.")
     integer("save_checkpoints_steps", "Write a checkpoint every this many updates (and at the end).")
     integer("keep_checkpoints", "How many of the newest checkpoints to keep.")
-    integer("log_every_n_steps", "Log and print every this many updates.")
+    integer(
+        "log_every_n_steps",
+        "Log and print every this many updates; the host reads the device only at these steps "
+        "and at checkpoints, so updates queue without a wait in between.",
+    )
     integer(
         "eval_every_n_steps",
         "With --do_train --do_eval: also score the dev set every this many updates (log.jsonl, "

@@ -109,7 +109,11 @@ def define_flags(fv) -> None:
     boolean("do_eval", "Evaluate on --eval_files at the end (rank 0): eval_results.json.")
     flags.DEFINE_integer("max_eval_steps", d["max_eval_steps"], "Evaluation batches at most.", flag_values=fv)
     integer("seed", "Seed of initialisation, dropout and input shuffling.")
-    integer("log_every_n_steps", "Log and print every this many updates.")
+    integer(
+        "log_every_n_steps",
+        "Log and print every this many updates; the host reads the device only at these steps "
+        "and at checkpoints, so updates queue without a wait in between.",
+    )
     boolean(
         "deterministic",
         "TF op determinism: an interrupted and resumed run ends bit-identical "

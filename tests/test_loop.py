@@ -31,9 +31,9 @@ LOG_KEYS = {
 }
 
 
-def _step(config, learning_rate=0.01, accumulation=1):
+def _step(config, learning_rate=0.01, accumulation=1, dtype="float32"):
     keras.utils.set_random_seed(5)
-    model = BertPretrainer(config)
+    model = BertPretrainer(config, dtype=dtype)
     schedule = keras.optimizers.schedules.PolynomialDecay(learning_rate, 100, 0.0)
     from optimization import create_optimizer
 
@@ -91,6 +91,103 @@ def test_a_nan_loss_in_fp32_stops_naming_the_step_and_the_last_good_checkpoint(t
     assert all(np.array_equal(saved[n], v.numpy()) for n, v in names.items())
     assert int(step.optimizer.iterations) == 2
     assert [e["step"] for e in read_log(str(tmp_path / "log.jsonl"))] == [1, 2]
+
+
+def _counting_reads(step):
+    """Records how many updates each TrainStep.read brings over (one wait for the device each)."""
+    reads, read = [], step.read
+    step.read = lambda dispatched: reads.append(len(dispatched)) or read(dispatched)
+    return reads
+
+
+@pytest.mark.parametrize("dtype", ["float32", "mixed_float16"])
+def test_updates_are_read_at_log_and_save_steps_and_end_where_reading_each_would(
+    tmp_path, tiny_config, dtype
+):
+    # In fp16 the updates of batches 1 and 5 are skipped (a NaN loss, as an overflow would be):
+    # the loop then queues the missing update before it saves, logs or stops.
+    nan_at = (1, 5) if dtype == "mixed_float16" else ()
+    batches = _batches(tiny_config, 10)
+    for i in nan_at:
+        batches[i]["masked_lm_weights"] = batches[i]["masked_lm_weights"].copy()
+        batches[i]["masked_lm_weights"][0, 0] = np.nan
+    runs = {}
+    for name, every in (("each", 1), ("lazy", 4)):
+        out = tmp_path / name
+        out.mkdir()
+        step = _step(tiny_config, dtype=dtype)
+        reads = _counting_reads(step)
+        data = iter(batches)
+        loop.train(
+            step,
+            data,
+            Checkpointer(str(out), step, keep=5),
+            _log(out, 8, every=every),
+            num_train_steps=8,
+            save_checkpoints_steps=4,
+        )
+        assert len(list(data)) == 10 - 8 - len(nan_at)  # nothing was read ahead
+        runs[name] = (step, reads, read_log(str(out / "log.jsonl")))
+    # The first update alone (it compiles), then one read per log or checkpoint step, plus one
+    # per update that a skip left missing.
+    assert runs["each"][1] == [1] * (8 + len(nan_at))
+    assert runs["lazy"][1] == ([1, 3, 1, 4, 1] if nan_at else [1, 3, 4])
+    each, lazy = runs["each"][0], runs["lazy"][0]
+    assert int(lazy.optimizer.iterations) == 8 and int(lazy.loss_scale.skipped_steps) == len(nan_at)
+    assert all(np.array_equal(a.numpy(), b.numpy()) for a, b in zip(each.model.weights, lazy.model.weights))
+    for a, b in zip(each.state_variables, lazy.state_variables):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    assert sorted(p.name for p in (tmp_path / "lazy").glob("ckpt-*.index")) == [
+        "ckpt-4.index",
+        "ckpt-8.index",
+    ]
+    a, b = (
+        _checkpoint_arrays(str(tmp_path / "each" / "ckpt-8")),
+        _checkpoint_arrays(str(tmp_path / "lazy" / "ckpt-8")),
+    )
+    assert a.keys() == b.keys() and all(np.array_equal(a[n], b[n]) for n in a)
+    logged = {e["step"]: e for e in runs["each"][2]}
+    assert [e["step"] for e in runs["lazy"][2]] == [4, 8]
+    for entry in runs["lazy"][2]:
+        for key in LOG_KEYS - {"sequences_per_second"}:
+            assert entry[key] == logged[entry["step"]][key], key
+
+
+def test_a_nan_loss_between_reads_names_its_step_and_saves_nothing_past_it(tmp_path, tiny_config):
+    step = _step(tiny_config)
+    reads = _counting_reads(step)
+    checkpointer = Checkpointer(str(tmp_path), step, keep=5)
+    with pytest.raises(
+        loop.TrainingDivergedError, match=r"not finite at step 6 .*last good checkpoint is .*ckpt-4"
+    ):
+        loop.train(
+            step,
+            iter(_batches(tiny_config, 8, nan_at=5)),
+            checkpointer,
+            _log(tmp_path, 8, every=4),
+            num_train_steps=8,
+            save_checkpoints_steps=4,
+        )
+    assert reads == [1, 3, 4]
+    assert latest_checkpoint(str(tmp_path)).endswith("ckpt-4")
+    assert [e["step"] for e in read_log(str(tmp_path / "log.jsonl"))] == [4]
+
+
+def test_periodic_callbacks_see_exactly_their_step(tmp_path, tiny_config):
+    step = _step(tiny_config)
+    reads = _counting_reads(step)
+    seen = []
+    loop.train(
+        step,
+        iter(_batches(tiny_config, 8)),
+        Checkpointer(str(tmp_path), step, keep=5),
+        _log(tmp_path, 8, every=4),
+        num_train_steps=8,
+        save_checkpoints_steps=8,
+        periodic=(3, lambda current: seen.append((current, int(step.optimizer.iterations)))),
+    )
+    assert seen == [(3, 3), (6, 6)]  # nothing was queued past the callback's step
+    assert reads == [1, 2, 1, 2, 2]
 
 
 def test_checkpoints_rotate_are_committed_last_and_leftovers_are_cleared(tmp_path, tiny_config):

@@ -146,8 +146,8 @@ def test_float16_overflow_skips_the_update_and_halves_the_scale(config):
         "masked_tokens": tf.constant(3.0),
         "sequences": tf.constant(2.0),
     }
-    applied = step._update(bad, totals)
-    assert not bool(applied)
+    status = step._update(bad, totals)
+    assert not bool(status["applied"]) and int(status["skipped"]) == 1
     assert all(np.array_equal(a, w.numpy()) for a, w in zip(weights, model.weights))
     assert all(np.array_equal(a, v.numpy()) for a, v in zip(slots, optimizer.variables))
     assert int(optimizer.iterations) == 1  # so the schedule does not advance either

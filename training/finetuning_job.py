@@ -192,12 +192,12 @@ def predict(step, arrays: dict, batch_size: int, progress_name: str, stream) -> 
 
 
 def periodic_evaluation(step, task, split: str, every: int, last: int, features, batch_size: int, log):
-    """loop.train's after_update for --eval_every_n_steps: every `every` updates before the last
+    """loop.train's `periodic` for --eval_every_n_steps: every `every` updates before the last
     (whose evaluation follows training), the official metrics of `split` into the log (log.jsonl's
     {"step", "eval"} lines and TensorBoard's eval/ scalars); nothing is written on other ranks."""
 
-    def after_update(current: int) -> None:
-        if current % every or current >= last or not log.enabled:
+    def evaluate(current: int) -> None:
+        if current >= last or not log.enabled:
             return
         arrays, context = features  # rank 0's (None on the others, which never get here)
         outputs = predict(step, arrays, batch_size, f"evaluate {split} at step {current}", log.stream)
@@ -206,7 +206,7 @@ def periodic_evaluation(step, task, split: str, every: int, last: int, features,
             log.record_eval(current, {"split": split, **metrics})
             print(f"{split} at step {current}: " + json.dumps(metrics), file=log.stream, flush=True)
 
-    return after_update
+    return every, evaluate
 
 
 def _print_resolved(resolved: dict, stream) -> None:
@@ -329,13 +329,13 @@ def run(s: FineTuningSettings, task, stream=None) -> dict:
             enabled=chief,
             stream=out,
         )
-        after_update = None
+        periodic = None
         if s.eval_every_n_steps:
             split = task.prediction_splits(do_eval=True, do_predict=False)[0]
             features = (
                 task.predict_features(split, tokenizer, s.max_seq_length, stream=out) if chief else None
             )
-            after_update = periodic_evaluation(
+            periodic = periodic_evaluation(
                 step, task, split, s.eval_every_n_steps, steps, features, s.predict_batch_size, log
             )
         result["train"] = loop.train(
@@ -345,7 +345,7 @@ def run(s: FineTuningSettings, task, stream=None) -> dict:
             log,
             num_train_steps=steps,
             save_checkpoints_steps=s.save_checkpoints_steps,
-            after_update=after_update,
+            periodic=periodic,
         )
     elif resume_from:
         load_weights(model, resume_from)

@@ -52,11 +52,6 @@ def resume(checkpointer, step) -> int:
     return start
 
 
-def _learning_rate(optimizer) -> float:
-    # Read before the update: optimizer.iterations is still the count the update's rate is read at.
-    return float(optimizer.learning_rate)
-
-
 def _diverged(checkpointer, at_step: int, metrics: dict, why: str) -> TrainingDivergedError:
     latest = checkpointer.latest()
     good = f"the last good checkpoint is {latest}" if latest else "no checkpoint was written yet"
@@ -64,6 +59,15 @@ def _diverged(checkpointer, at_step: int, metrics: dict, why: str) -> TrainingDi
         f"{why} at step {at_step} (loss {metrics['loss']}); the update was not applied and {good}: "
         "lower --learning_rate or raise --num_warmup_steps, then re-run from there."
     )
+
+
+def _next_read(current: int, first: bool, every: tuple[int, ...], last: int) -> int:
+    """The step at which the loop next reads the device: the first update of a process alone
+    until one is applied (it compiles, so its time is not a steady update's), else the next multiple of any period in
+    `every` (logging, checkpoints, the periodic callback), and the last step."""
+    if first:
+        return current + 1
+    return min([last, *((current // n + 1) * n for n in every)])
 
 
 def train(
@@ -74,51 +78,62 @@ def train(
     *,
     num_train_steps: int,
     save_checkpoints_steps: int,
-    after_update=None,
+    periodic=None,
 ) -> dict | None:
     """Runs updates from optimizer.iterations to `num_train_steps`; returns the last metrics
     (None when there was nothing left to do).
 
-    after_update: called with the step count after each applied update (and its checkpoint), on
-    every worker; fine-tuning's periodic dev evaluation hangs here.
+    periodic: (n, callback): callback(step) runs on every worker after each step that is a
+    multiple of n (and after its checkpoint); fine-tuning's periodic dev evaluation hangs here.
 
     micro_batches: an iterator of feature dicts (this worker's input; its position is what the
     checkpointer saves). Every worker runs this function; only rank 0 writes the checkpoint
     files and the log (`log` is disabled elsewhere).
+
+    The host does not wait for each update: it queues updates (TrainStep.dispatch) up to the next
+    step that logs, saves, calls `periodic` or ends, then reads them all at once
+    (TrainStep.read). Updates are queued only up to that step counting every queued update as
+    applied, so the count never passes it; a skipped fp16 update leaves it short, and the loop
+    queues and reads again until the step is reached exactly. An update that is not finite is
+    found at the read: the updates queued after it may have changed the weights in memory, but
+    nothing past the last checkpoint is saved, and the error names the update's step.
     """
     if save_checkpoints_steps < 1:
         raise ValueError(f"save_checkpoints_steps must be >= 1 (got {save_checkpoints_steps}).")
-    optimizer = step.optimizer
-    current = int(optimizer.iterations)
+    every = (log.log_every, save_checkpoints_steps) + ((periodic[0],) if periodic else ())
+    current = start = int(step.optimizer.iterations)
     metrics = None
     scale_before = float(step.loss_scale.scale.numpy())
     try:
         while current < num_train_steps:
-            learning_rate = _learning_rate(optimizer)
+            target = _next_read(current, current == start, every, num_train_steps)
             started = time.perf_counter()
-            metrics = step(micro_batches)
-            seconds = time.perf_counter() - started
-            if not metrics["applied"]:
-                if not metrics["loss_scale_enabled"]:
-                    raise _diverged(checkpointer, current + 1, metrics, "The loss is not finite")
-                if scale_before <= 1.0:
-                    raise _diverged(
-                        checkpointer,
-                        current + 1,
-                        metrics,
-                        "The float16 gradients overflow even with a loss scale of 1",
-                    )
+            dispatched = [step.dispatch(micro_batches) for _ in range(target - current)]
+            results = step.read(dispatched)
+            applied = sum(r["applied"] for r in results)
+            seconds = (time.perf_counter() - started) / max(applied, 1)
+            for metrics in results:
+                if not metrics["applied"]:
+                    if not metrics["loss_scale_enabled"]:
+                        raise _diverged(checkpointer, current + 1, metrics, "The loss is not finite")
+                    if scale_before <= 1.0:
+                        raise _diverged(
+                            checkpointer,
+                            current + 1,
+                            metrics,
+                            "The float16 gradients overflow even with a loss scale of 1",
+                        )
+                    scale_before = metrics["loss_scale"]
+                    continue
                 scale_before = metrics["loss_scale"]
-                continue
-            scale_before = metrics["loss_scale"]
-            current += 1
-            log.record(
-                current, metrics, seconds, learning_rate, skipped=int(step.loss_scale.skipped_steps.numpy())
-            )
+                current += 1
+                log.record(current, metrics, seconds, metrics["learning_rate"], skipped=metrics["skipped"])
+            if current < target:
+                continue  # skipped fp16 updates left it short: queue the missing ones
             if current % save_checkpoints_steps == 0 or current == num_train_steps:
                 checkpointer.save(current)
-            if after_update is not None:
-                after_update(current)
+            if periodic is not None and current % periodic[0] == 0:
+                periodic[1](current)
     finally:
         log.close()
     return metrics

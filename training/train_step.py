@@ -18,6 +18,11 @@ micro-batches). With one worker the loop and the optimizer update are ONE XLA pr
 update. With several, Horovod's allreduce is not an XLA op (its XLA kernels do not build against
 TF 2.21), so the gradient program hands its sums to the allreduce and a second program applies
 the update.
+
+Nothing is read back per update: `dispatch` queues an update and returns its outputs as device
+tensors (the objective's sums, whether it was applied, the learning rate it used, the loss scale
+after it), and `read` brings any number of them to the host in one transfer. On a GPU the host
+can so queue update n+1 while update n runs; the loop reads at its log and checkpoint steps.
 """
 
 from __future__ import annotations
@@ -30,6 +35,9 @@ from optimization.loss_scale import DynamicLossScale
 from training.distributed import Distributed
 from training.objective import Objective
 from training.pretraining_objective import PretrainingObjective
+
+# What an update reports besides the objective's sums (see TrainStep.read).
+STATUS = ("applied", "learning_rate", "loss_scale", "skipped")
 
 
 def _add(totals: dict, values: dict) -> dict:
@@ -158,7 +166,10 @@ class TrainStep:
         return totals, self._apply_update(gradients, totals)
 
     def _apply_update(self, gradients, totals):
+        """Applies the update when it is finite; returns what the host reads of it (`STATUS`)."""
         finite = tf.logical_and(tf.math.is_finite(self._loss(totals, totals)), _all_finite(gradients))
+        # The schedule's rate at optimizer.iterations before the update: the rate this update uses.
+        learning_rate = tf.cast(self.optimizer.learning_rate, tf.float32)
 
         def apply():
             self.optimizer.apply(gradients, self.variables)
@@ -166,7 +177,12 @@ class TrainStep:
 
         applied = tf.cond(finite, apply, lambda: tf.constant(False))
         self.loss_scale.update(finite)
-        return applied
+        return {
+            "applied": applied,
+            "learning_rate": learning_rate,
+            "loss_scale": self.loss_scale.scale.read_value(),
+            "skipped": self.loss_scale.skipped_steps.read_value(),
+        }
 
     def _evaluate_batch(self, features):
         outputs = self.model(features, training=False)
@@ -175,14 +191,14 @@ class TrainStep:
     # --- the host side ------------------------------------------------------------------------
 
     def __call__(self, micro_batches) -> dict:
-        """Runs one update over the next `accumulation_steps` micro-batches of `micro_batches`
-        (an iterable of feature dicts; an iterator is advanced by exactly that many).
+        """Runs one update (`dispatch`) and reads its outputs (`read`): see `read` for the keys."""
+        return self.read([self.dispatch(micro_batches)])[0]
 
-        Returns floats over the whole update and all workers: loss and each objective term and
-        metric (e.g. mlm_loss, nsp_loss, mlm_accuracy), plus `applied` (False when the update
-        was not finite: a skipped fp16 step, or a divergence the caller must stop on when
-        `loss_scale_enabled` is False) and `loss_scale`.
-        """
+    def dispatch(self, micro_batches) -> tuple[dict, dict]:
+        """Queues one update over the next `accumulation_steps` micro-batches of `micro_batches`
+        (an iterable of feature dicts; an iterator is advanced by exactly that many) and returns
+        its outputs as device tensors, unread: (the objective's sums and denominators over the
+        whole update and all workers, the update's `STATUS`)."""
         batches = list(itertools.islice(iter(micro_batches), self.accumulation_steps))
         if len(batches) != self.accumulation_steps:
             raise ValueError(
@@ -194,22 +210,46 @@ class TrainStep:
         else:
             stacked = {name: tf.stack([b[name] for b in batches]) for name in batches[0]}
         if self.distributed.size == 1:
-            totals, applied = self._whole_update(stacked)
-        else:
-            denominators = self._sum_named(self._denominators(batches))
-            gradients, sums = self._gradients(stacked, denominators)
-            gradients = self._sum_gradients(gradients)
-            totals = {**self._sum_named(sums), **denominators}
-            applied = self._update(gradients, totals)
-        applied = bool(applied)
-        names = sorted(totals)
-        values = tf.stack([totals[name] for name in names]).numpy()
-        return {
-            **self.objective.summarize(dict(zip(names, values.tolist()))),
-            "applied": applied,
-            "loss_scale": float(self.loss_scale.scale.numpy()),
-            "loss_scale_enabled": self.loss_scale.enabled,
-        }
+            return self._whole_update(stacked)
+        denominators = self._sum_named(self._denominators(batches))
+        gradients, sums = self._gradients(stacked, denominators)
+        gradients = self._sum_gradients(gradients)
+        totals = {**self._sum_named(sums), **denominators}
+        return totals, self._update(gradients, totals)
+
+    def read(self, dispatched: list) -> list[dict]:
+        """The host values of dispatched updates, in their order, brought over in one transfer
+        (the one wait for the device). Each is a dict of floats over the whole update and all
+        workers: loss and each objective term and metric (e.g. mlm_loss, nsp_loss, mlm_accuracy),
+        `applied` (False when the update was not finite: a skipped fp16 step, or a divergence the
+        caller must stop on when `loss_scale_enabled` is False), the `learning_rate` it used,
+        `loss_scale` after it, the count of `skipped` fp16 updates so far, `loss_scale_enabled`."""
+        if not dispatched:
+            return []
+        names = sorted(dispatched[0][0])
+        row = [*names, *STATUS]
+        values = tf.stack(
+            [
+                tf.cast(tensors[name], tf.float32)
+                for totals, status in dispatched
+                for tensors, keys in ((totals, names), (status, STATUS))
+                for name in keys
+            ]
+        ).numpy()
+        results = []
+        for i in range(len(dispatched)):
+            update = dict(zip(row, values[i * len(row) : (i + 1) * len(row)].tolist()))
+            results.append(
+                {
+                    **self.objective.summarize({name: update[name] for name in names}),
+                    "applied": bool(update["applied"]),
+                    "learning_rate": update["learning_rate"],
+                    "loss_scale": update["loss_scale"],
+                    "skipped": int(update["skipped"]),
+                    "loss_scale_enabled": self.loss_scale.enabled,
+                }
+            )
+        return results
 
     def _sum_named(self, values: dict) -> dict:
         """Sums a dict of float32 scalars across workers in one allreduce (never compressed)."""
