@@ -14,7 +14,9 @@ What one measured update is, per stack:
   PretrainingStep with the job's seed, determinism and input settings): the `accumulation`
   micro-batches in one compiled loop and the LAMB update (one XLA program per update on one
   worker; under --horovod_workers the loop, the Horovod sum, then the update), and the host-side
-  metric read-back that ends every update of the job.
+  metric read-back, after every update (--read_every 1) or, as the job's loop does at its log
+  steps, after every N (TrainStep.dispatch queues, TrainStep.read reads; a repeat always ends
+  with a read, so its clock stops when the device is done).
 - keras-hub 0.32: BertBackbone of the same sizes + MaskedLMHead (tied to the backbone's
   token_embedding, gelu, the masked positions as mask_positions) + Dense(2) on the pooled output,
   keras.optimizers.AdamW(1e-4, weight_decay=0.01), in a tf.function(jit_compile=XLA) step with
@@ -203,7 +205,9 @@ def input_batches(spec: dict, vocab_size: int, rank: int, size: int, settings=No
 def build_ours(spec: dict):
     """The job's model, optimizer and step (training/pretraining_job.py, steps 1 and 3).
 
-    Returns (update, sequences per update on this worker, Distributed)."""
+    Returns (update, finish, sequences per update on this worker, Distributed): with
+    spec["read_every"] N > 1, update queues (TrainStep.dispatch) and reads every N updates
+    (TrainStep.read), as the job's loop does at its log steps; finish reads what is still queued."""
     import dataclasses
 
     import keras
@@ -243,18 +247,36 @@ def build_ours(spec: dict):
         model, optimizer, accumulation_steps=s.num_accumulation_steps, distributed=dist, jit_compile=s.use_xla
     )
 
-    def update():
-        metrics = step(batches)  # blocks: it reads the update's metrics back to the host
+    every = spec.get("read_every", 1)
+    if every > 1 and not hasattr(step, "dispatch"):
+        raise RuntimeError("--read_every needs TrainStep.dispatch, which this revision does not have.")
+    queued = []
+
+    def check(metrics):
         if not metrics["applied"]:
             raise FloatingPointError(f"the update was not applied (loss {metrics['loss']})")
 
-    return update, s.train_batch_size * s.num_accumulation_steps, dist
+    def finish():
+        for metrics in step.read(queued) if queued else []:  # one wait for the device
+            check(metrics)
+        queued.clear()
+
+    def update():
+        if every == 1:
+            check(step(batches))  # blocks: it reads the update's metrics back to the host
+            return
+        queued.append(step.dispatch(batches))
+        if len(queued) == every:
+            finish()
+
+    return update, finish, s.train_batch_size * s.num_accumulation_steps, dist
 
 
 def build_keras_hub(spec: dict):
     """keras-hub's BERT pretraining model, AdamW and a GradientTape step on the same batches.
 
-    Returns (update, sequences per update, Distributed for one process)."""
+    Returns (update, finish (nothing to do: every update reads its loss), sequences per update,
+    Distributed for one process)."""
     try:
         import keras_hub
     except Exception as err:  # ImportError, or a dependency failing inside its import
@@ -338,7 +360,7 @@ def build_keras_hub(spec: dict):
         if not math.isfinite(loss):
             raise FloatingPointError(f"the loss is not finite ({loss})")
 
-    return update, spec["batch"], Distributed(use_horovod=False)
+    return update, lambda: None, spec["batch"], Distributed(use_horovod=False)
 
 
 def wait_for_command(control_dir: str, repeat: int, timeout_s: float) -> str:
@@ -363,7 +385,7 @@ def measure(spec: dict, rank_holder: dict) -> None:
     if spec["deterministic"]:
         tf.config.experimental.enable_op_determinism()
     ours = spec["stack"] != "keras-hub"  # "ours", or "ours@REV" for a --baseline revision
-    update, sequences, dist = (build_ours if ours else build_keras_hub)(spec)
+    update, finish, sequences, dist = (build_ours if ours else build_keras_hub)(spec)
     rank_holder.update(rank=dist.rank, size=dist.size)
     per_update = spec["accumulation"] if ours else 1
     tag = f"{spec['label']} {spec['stack']}" + (f" rank {dist.rank}" if dist.size > 1 else "")
@@ -374,6 +396,7 @@ def measure(spec: dict, rank_holder: dict) -> None:
     warm_updates = math.ceil(spec["warmup"] / per_update)
     for _ in range(warm_updates - 1):
         update()
+    finish()
     if dist.is_chief:
         log(
             f"{tag}: first update {first_s:.1f}s, {warm_updates} warm-up update(s); "
@@ -390,6 +413,7 @@ def measure(spec: dict, rank_holder: dict) -> None:
         start = time.perf_counter()
         for _ in range(updates):
             update()
+        finish()  # the clock stops when the device is done
         elapsed = time.perf_counter() - start
         rate = sequences * updates / elapsed
         emit(
@@ -801,6 +825,13 @@ def main() -> None:
         "--stacks", default="ours,keras-hub", help="comma list of ours, keras-hub [ours,keras-hub]"
     )
     parser.add_argument(
+        "--read_every",
+        default="1",
+        metavar="N[,N]",
+        help="ours reads its updates' metrics back every N updates (the job reads at its log "
+        "steps) and at the end of each repeat; each N > 1 adds an 'ours, reads every N' stack [1]",
+    )
+    parser.add_argument(
         "--batch_size",
         type=int,
         default=None,
@@ -867,6 +898,7 @@ def main() -> None:
         for a in parse_list(pick(args.accumulation, "1,4", "1"), None, "--accumulation")
     ]
     stacks = parse_list(args.stacks, STACKS, "--stacks")
+    read_every = [positive_int(n, "--read_every") for n in parse_list(args.read_every, None, "--read_every")]
     steps = positive_int(str(pick(args.steps, 4, 2)), "--steps")
     repeats = positive_int(str(pick(args.repeats, 3, 2)), "--repeats")
     warmup = positive_int(str(pick(args.warmup, 2, 2)), "--warmup")
@@ -961,7 +993,9 @@ def main() -> None:
                 ours = {**spec, "workers": workers, "threads": max(1, threads // workers)}
                 for name, path in baselines.items():
                     specs[name] = {**ours, "stack": name, "code_root": path}
-                specs["ours"] = {**ours, "stack": "ours"}
+                for n in read_every:
+                    name = "ours" if n == 1 else f"ours, reads every {n}"
+                    specs[name] = {**ours, "stack": name, "read_every": n}
             if "keras-hub" in stacks:
                 specs["keras-hub"] = {**spec, "stack": "keras-hub", "accumulation": 1}
             log(f"[{i}/{len(groups)}] {label}" + (f", ours on {workers} workers" if workers > 1 else ""))
