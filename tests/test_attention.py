@@ -43,9 +43,9 @@ def _three_projection_attention(layer, x, bias):
     return context.reshape(*context.shape[:2], n * h)
 
 
-def test_the_fused_projection_equals_three_separate_ones(tiny_config):
-    """The call's one [D, 3D] product gives the outputs of Google's three projections, which
-    stay the layer's weights (so checkpoints keep their names and bytes)."""
+def test_attention_equals_three_separate_projections(tiny_config):
+    """The layer gives the outputs of Google's three projections, which are the layer's weights
+    (so checkpoints keep their names and bytes)."""
     layer = SelfAttention(tiny_config, name="attention_self")
     x, bias = _inputs(tiny_config)
     got = layer(x, bias).numpy()
