@@ -956,8 +956,9 @@ def main() -> None:
         )
         if "ours" not in stacks:  # keras-hub alone has no accumulation or worker variants
             groups = [g for g in groups if g[5] == accumulations[0] and g[6] == 1]
+        ours_variants = len(baselines) + len(read_every) - 1 if "ours" in stacks else 0
         log(
-            f"{len(groups)} configuration(s) x {len(stacks)} stack(s); {repeats} repeats x {steps} "
+            f"{len(groups)} configuration(s) x {len(stacks) + ours_variants} stack(s); {repeats} repeats x {steps} "
             f"micro-batches after {warmup} warm-up; {threads} intra-op thread(s) ({usable_cores()} usable cores)"
         )
         rows = []

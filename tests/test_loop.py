@@ -69,30 +69,6 @@ def _checkpoint_arrays(prefix):
     return {n: reader.get_tensor(n) for n in reader.get_variable_to_shape_map()}
 
 
-def test_a_nan_loss_in_fp32_stops_naming_the_step_and_the_last_good_checkpoint(tmp_path, tiny_config):
-    step = _step(tiny_config)
-    checkpointer = Checkpointer(str(tmp_path), step, keep=5)
-    with pytest.raises(
-        loop.TrainingDivergedError, match=r"not finite at step 3 .*last good checkpoint is .*ckpt-2"
-    ):
-        loop.train(
-            step,
-            iter(_batches(tiny_config, 5, nan_at=2)),
-            checkpointer,
-            _log(tmp_path, 5),
-            num_train_steps=5,
-            save_checkpoints_steps=1,
-        )
-    assert latest_checkpoint(str(tmp_path)).endswith("ckpt-2")
-    assert not os.path.exists(tmp_path / "ckpt-3.index")
-    # The NaN update was never applied: the weights in memory are still those of ckpt-2.
-    saved = _checkpoint_arrays(str(tmp_path / "ckpt-2"))
-    names = checkpointer.variables
-    assert all(np.array_equal(saved[n], v.numpy()) for n, v in names.items())
-    assert int(step.optimizer.iterations) == 2
-    assert [e["step"] for e in read_log(str(tmp_path / "log.jsonl"))] == [1, 2]
-
-
 def _counting_reads(step):
     """Records how many updates each TrainStep.read brings over (one wait for the device each)."""
     reads, read = [], step.read
@@ -153,26 +129,6 @@ def test_updates_are_read_at_log_and_save_steps_and_end_where_reading_each_would
             assert entry[key] == logged[entry["step"]][key], key
 
 
-def test_a_nan_loss_between_reads_names_its_step_and_saves_nothing_past_it(tmp_path, tiny_config):
-    step = _step(tiny_config)
-    reads = _counting_reads(step)
-    checkpointer = Checkpointer(str(tmp_path), step, keep=5)
-    with pytest.raises(
-        loop.TrainingDivergedError, match=r"not finite at step 6 .*last good checkpoint is .*ckpt-4"
-    ):
-        loop.train(
-            step,
-            iter(_batches(tiny_config, 8, nan_at=5)),
-            checkpointer,
-            _log(tmp_path, 8, every=4),
-            num_train_steps=8,
-            save_checkpoints_steps=4,
-        )
-    assert reads == [1, 3, 4]
-    assert latest_checkpoint(str(tmp_path)).endswith("ckpt-4")
-    assert [e["step"] for e in read_log(str(tmp_path / "log.jsonl"))] == [4]
-
-
 def test_periodic_callbacks_see_exactly_their_step(tmp_path, tiny_config):
     step = _step(tiny_config)
     reads = _counting_reads(step)
@@ -188,6 +144,45 @@ def test_periodic_callbacks_see_exactly_their_step(tmp_path, tiny_config):
     )
     assert seen == [(3, 3), (6, 6)]  # nothing was queued past the callback's step
     assert reads == [1, 2, 1, 2, 2]
+
+
+@pytest.mark.parametrize(
+    "every, nan_at, stopped_at, reads, logged, in_memory",
+    [
+        # Reading each update: the run stops at the NaN update, with ckpt-2's weights in memory.
+        (1, 2, 3, [1, 1, 1], [1, 2], 2),
+        # Reading at log steps: the two updates queued after it ran too (step 7 in memory), but
+        # the error still names step 6 and nothing past ckpt-4 is saved.
+        (4, 5, 6, [1, 3, 4], [4], 7),
+    ],
+)
+def test_a_nan_loss_in_fp32_stops_naming_the_step_and_the_last_good_checkpoint(
+    tmp_path, tiny_config, every, nan_at, stopped_at, reads, logged, in_memory
+):
+    step = _step(tiny_config)
+    counted = _counting_reads(step)
+    checkpointer = Checkpointer(str(tmp_path), step, keep=5)
+    good = stopped_at - 1 - (stopped_at - 1) % every
+    with pytest.raises(
+        loop.TrainingDivergedError,
+        match=rf"not finite at step {stopped_at} .*last good checkpoint is .*ckpt-{good}",
+    ):
+        loop.train(
+            step,
+            iter(_batches(tiny_config, 8, nan_at=nan_at)),
+            checkpointer,
+            _log(tmp_path, 8, every=every),
+            num_train_steps=8,
+            save_checkpoints_steps=every,
+        )
+    assert counted == reads
+    assert latest_checkpoint(str(tmp_path)).endswith(f"ckpt-{good}")
+    assert not list(tmp_path.glob(f"ckpt-{good + 1}*")) and not list(tmp_path.glob("ckpt-8*"))
+    assert [e["step"] for e in read_log(str(tmp_path / "log.jsonl"))] == logged
+    assert int(step.optimizer.iterations) == in_memory
+    if in_memory == good:  # the NaN update was never applied: memory still holds the checkpoint
+        saved = _checkpoint_arrays(str(tmp_path / f"ckpt-{good}"))
+        assert all(np.array_equal(saved[n], v.numpy()) for n, v in checkpointer.variables.items())
 
 
 def test_checkpoints_rotate_are_committed_last_and_leftovers_are_cleared(tmp_path, tiny_config):
