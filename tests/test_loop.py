@@ -274,9 +274,17 @@ def test_a_resumed_log_drops_what_the_interrupted_run_logged_past_its_checkpoint
         "".join(json.dumps({"step": s, "loss": 1.0}) + "\n" for s in range(1, 6)) + '{"step": 6, "lo'
     )
     log = _log(tmp_path, total=8, start=3)
-    metrics = {"loss": 2.0, "mlm_loss": 1.5, "nsp_loss": 0.5, "mlm_accuracy": 0.25, "loss_scale": 1.0}
+    metrics = {
+        "loss": 2.0,
+        "mlm_loss": 1.5,
+        "nsp_loss": 0.5,
+        "mlm_accuracy": 0.25,
+        "loss_scale": 1.0,
+        "learning_rate": 1e-3,
+        "skipped": 0,
+    }
     for step in (4, 5, 6):
-        log.record(step, metrics, seconds=0.5 if step > 4 else 10.0, learning_rate=1e-3, skipped=0)
+        log.record(step, metrics, seconds=0.5 if step > 4 else 10.0)
     log.close()
     entries = read_log(str(path))
     assert [e["step"] for e in entries] == [1, 2, 3, 4, 5, 6]

@@ -63,8 +63,9 @@ def _diverged(checkpointer, at_step: int, metrics: dict, why: str) -> TrainingDi
 
 def _next_read(current: int, first: bool, every: tuple[int, ...], last: int) -> int:
     """The step at which the loop next reads the device: the first update of a process alone
-    until one is applied (it compiles, so its time is not a steady update's), else the next multiple of any period in
-    `every` (logging, checkpoints, the periodic callback), and the last step."""
+    until one is applied (it compiles, so its time is not a steady update's), else the next
+    multiple of any period in `every` (logging, checkpoints, the periodic callback), or the last
+    step if that comes first."""
     if first:
         return current + 1
     return min([last, *((current // n + 1) * n for n in every)])
@@ -127,7 +128,7 @@ def train(
                     continue
                 scale_before = metrics["loss_scale"]
                 current += 1
-                log.record(current, metrics, seconds, metrics["learning_rate"], skipped=metrics["skipped"])
+                log.record(current, metrics, seconds)
             if current < target:
                 continue  # skipped fp16 updates left it short: queue the missing ones
             if current % save_checkpoints_steps == 0 or current == num_train_steps:

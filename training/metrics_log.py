@@ -141,10 +141,9 @@ class MetricsLog:
             self._writer = tf.summary.create_file_writer(os.path.join(self.output_dir, TENSORBOARD_DIR))
         return self._writer
 
-    def record(
-        self, step: int, metrics: dict, seconds: float, learning_rate: float, skipped: int
-    ) -> dict | None:
-        """One applied update that took `seconds`; returns the logged entry on a log step."""
+    def record(self, step: int, metrics: dict, seconds: float) -> dict | None:
+        """One applied update that took `seconds` (metrics as TrainStep.read gives them, with the
+        `learning_rate` it used and the `skipped` count); returns the logged entry on a log step."""
         self._updates += 1
         self._progress.update(1)
         if self._updates > 1:  # the first update of a process compiles
@@ -159,10 +158,10 @@ class MetricsLog:
         entry = {
             "step": step,
             **{k: v for k, v in metrics.items() if isinstance(v, float) and k != "loss_scale"},
-            "learning_rate": learning_rate,
+            "learning_rate": metrics["learning_rate"],
             "loss_scale": metrics["loss_scale"],
             "sequences_per_second": rate,
-            "skipped": skipped,
+            "skipped": metrics["skipped"],
         }
         if self.enabled:
             self._file.write(json.dumps({k: _json_number(v) for k, v in entry.items()}) + "\n")

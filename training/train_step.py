@@ -237,8 +237,7 @@ class TrainStep:
             ]
         ).numpy()
         results = []
-        for i in range(len(dispatched)):
-            update = dict(zip(row, values[i * len(row) : (i + 1) * len(row)].tolist()))
+        for update in (dict(zip(row, r)) for r in values.reshape(len(dispatched), len(row)).tolist()):
             results.append(
                 {
                     **self.objective.summarize({name: update[name] for name in names}),
