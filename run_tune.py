@@ -157,19 +157,15 @@ def _check_task(F, squad: bool, eval_every: int) -> None:
     finetuning_job.load_model_files(settings, None)
 
 
-def _trial_launcher(num_gpus: int) -> str:
-    """How a trial's workers start, as the fine-tuning launchers decide it: $HOROVOD_LAUNCHER, or
-    mpirun inside a SLURM allocation, else horovodrun."""
-    from common.errors import UserError
-    from training.launch_settings import UsageError, choose_launcher
+def _trial_prefix(F) -> tuple:
+    """The argv in front of each trial's entry point, from the launcher engine: trials start their
+    workers as the fine-tuning launchers start theirs."""
+    import shlex
 
-    wanted = os.environ.get("HOROVOD_LAUNCHER", "")
-    if num_gpus == 1 or wanted == "direct":
-        return "horovodrun"  # unused with one GPU; "direct" means ranks started outside, not per trial
-    try:
-        return choose_launcher(num_gpus, wanted, bool(os.environ.get("SLURM_JOB_ID")), 1)
-    except UsageError as e:
-        raise UserError(str(e)) from None
+    from launch.workers import trial_prefix
+
+    launcher_args = os.environ.get("LAUNCHER_ARGS", "") if F.launcher_args is None else F.launcher_args
+    return tuple(trial_prefix(F.num_gpus, os.environ, sys.executable, shlex.split(launcher_args)))
 
 
 def run(F) -> int:
@@ -201,8 +197,7 @@ def run(F) -> int:
         study_name=F.study_name,
         storage=F.storage,
         num_gpus=F.num_gpus,
-        launcher=_trial_launcher(F.num_gpus),
-        launcher_args=os.environ.get("LAUNCHER_ARGS", "") if F.launcher_args is None else F.launcher_args,
+        trial_prefix=_trial_prefix(F),
         heartbeat_seconds=F.heartbeat_seconds,
     )
     tuning.validate(settings)

@@ -10,13 +10,14 @@
 #       [--NAME=VALUE ...] [--preset NAME|FILE] [--dry_run] [-- RUN_PRETRAINING_FLAGS ...]
 #
 # NVIDIA's defaults: 64 8 8 7.5e-4 5e-4 fp16 true 8 2000 200 7820 100 128 512 large.
-# Precedence: defaults < preset (configs/presets/) < positional < named (--num_gpus=2).
+# Precedence: defaults < preset (configs/presets/run_pretraining_lamb/) < positional < named.
 # Paths: BERT_DATA_DIR, RESULTS_DIR, BERT_CONFIG, VOCAB_FILE, PHASE1_DATA, PHASE2_DATA,
 # INIT_CHECKPOINT (defaults: where scripts/data_download.sh writes; `python -m data.paths`).
 # --help lists every argument; --dry_run prints the settings and both commands and runs nothing.
-# Re-running the same command resumes: a finished phase 1 is skipped, a phase resumes from its
+# Re-running the same command resumes: a finished phase is skipped, a phase resumes from its
 # latest checkpoint. run_pretraining_lamb_phase1.sh / _phase2.sh run one phase each.
+# The engine: launch/pretraining.py.
 set -euo pipefail
-# shellcheck source=scripts/pretraining_common.sh
-source "$(dirname "${BASH_SOURCE[0]}")/pretraining_common.sh"
-pretraining_main both "$@"
+# shellcheck source=scripts/launch.sh
+source "$(dirname "${BASH_SOURCE[0]}")/launch.sh"
+launch run_pretraining_lamb "$@"

@@ -293,7 +293,7 @@ def test_the_resolved_settings_show_the_global_batch_and_peak_learning_rate():
             ["--squad_version=3"],
             "squad_version (--squad_version) must be 1.1 or 2.0, got '3'",
         ),
-        ("run_squad.sh", ["--bert_model", "huge"], "bert_model (--bert_model) must be one of base large"),
+        ("run_squad.sh", ["--bert_model", "huge"], "bert_model (--bert_model) must be one of base, large"),
         ("run_squad.sh", ["--epochs=0"], "epochs (--epochs) must be a positive number"),
         (
             "run_squad.sh",

@@ -17,7 +17,7 @@ import pytest
 from conftest import LAUNCH_ENV
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PRESETS = os.path.join(ROOT, "configs", "presets")
+PRESETS = os.path.join(ROOT, "configs", "presets", "run_pretraining_lamb")
 POSITIONAL = [
     "train_batch_size_phase1",
     "train_batch_size_phase2",

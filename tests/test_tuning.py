@@ -27,6 +27,7 @@ import tensorflow as tf
 
 import run_tune
 from conftest import ROOT, logged_steps, worker_env
+from launch.workers import trial_prefix
 from training import search_space, tuning, tuning_report
 from word_order import write_model_files, write_word_order_task
 
@@ -323,7 +324,7 @@ def test_trial_command_passes_the_studys_flags_and_the_trials_parameters(tmp_pat
         space={},
         trial_flags=("--train_file=t.json", "--nouse_xla"),
         num_gpus=2,
-        launcher_args="--gloo -H localhost:2",
+        trial_prefix=tuple(trial_prefix(2, {}, sys.executable, ["--gloo", "-H", "localhost:2"])),
         eval_every_n_steps=50,
     )
     command = tuning.trial_command(settings, {"learning_rate": 3e-5, "train_batch_size": 16}, "/o/trial_001")
@@ -343,7 +344,9 @@ def test_trial_command_passes_the_studys_flags_and_the_trials_parameters(tmp_pat
         "--nodo_predict",
         "--eval_every_n_steps=50",
     ]
-    one = tuning.trial_command(dataclasses.replace(settings, num_gpus=1), {}, "/o/trial_002")
+    one = dataclasses.replace(settings, num_gpus=1, trial_prefix=tuple(trial_prefix(1, {}, sys.executable, [])))
+    one = tuning.trial_command(one, {}, "/o/trial_002")
     assert one[:2] == [sys.executable, os.path.join(ROOT, "run_squad.py")]
-    mpirun = tuning.trial_command(dataclasses.replace(settings, launcher="mpirun"), {}, "/o/trial_003")
+    prefix = trial_prefix(2, {"HOROVOD_LAUNCHER": "mpirun"}, sys.executable, ["--gloo"])
+    mpirun = tuning.trial_command(dataclasses.replace(settings, trial_prefix=tuple(prefix)), {}, "/o/trial_003")
     assert os.path.basename(mpirun[0]) == "mpirun" and "-np" in mpirun and "--gloo" in mpirun

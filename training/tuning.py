@@ -30,7 +30,6 @@ import contextlib
 import dataclasses
 import os
 import re
-import shlex
 import signal
 import socket
 import subprocess
@@ -103,8 +102,9 @@ class TuneSettings:
     study_name: str | None = None  # default: the output directory's name
     storage: str | None = None  # default: sqlite:///<output_dir>/study.db
     num_gpus: int = 1
-    launcher: str = "horovodrun"  # for num_gpus > 1: horovodrun or mpirun
-    launcher_args: str = ""
+    # The argv in front of each trial's run_*.py (launch.workers.trial_prefix: horovodrun or mpirun
+    # for num_gpus > 1); empty: this Python, one process.
+    trial_prefix: tuple[str, ...] = ()
     heartbeat_seconds: int = 60
 
 
@@ -126,8 +126,6 @@ def validate(s: TuneSettings) -> str:
             raise UserError(f"--{name} must be >= 0 (got {getattr(s, name)}).")
     if s.timeout_seconds is not None and not s.timeout_seconds > 0:
         raise UserError(f"--timeout must be positive (got {s.timeout_seconds}).")
-    if s.launcher not in ("horovodrun", "mpirun"):
-        raise UserError(f"The trial launcher must be horovodrun or mpirun (got {s.launcher!r}).")
     if s.sampler not in SAMPLERS:
         raise UserError(f"--sampler must be one of {', '.join(SAMPLERS)} (got {s.sampler!r}).")
     if s.pruner not in PRUNERS:
@@ -241,14 +239,10 @@ def _counts(study) -> dict[str, int]:
 def trial_command(s: TuneSettings, params: dict, trial_dir: str) -> list[str]:
     """The fine-tuning command of one trial: [launcher ...] python run_classifier.py|run_squad.py
     <the study's trial flags> <the trial's parameters> --output_dir --do_train --do_eval
-    --eval_every_n_steps. Several GPUs start as the fine-tuning launchers start them
-    (training/launch_settings: horovodrun, or mpirun)."""
-    from training.launch_settings import launch_prefix
-
+    --eval_every_n_steps. Several GPUs start through `trial_prefix`, which run_tune.py takes from
+    the launcher engine, so trials start as the fine-tuning launchers start their workers."""
     entry = os.path.join(ROOT, "run_squad.py" if is_squad(s.task_name) else "run_classifier.py")
-    launcher = s.launcher if s.num_gpus > 1 else "direct"
-    as_root = hasattr(os, "geteuid") and os.geteuid() == 0
-    launch = launch_prefix(launcher, s.num_gpus, sys.executable, shlex.split(s.launcher_args), as_root)
+    launch = list(s.trial_prefix) or [sys.executable]
     flags = [
         f"--{name}={value!r}" if isinstance(value, float) else f"--{name}={value}"
         for name, value in params.items()

@@ -1,0 +1,17 @@
+"""The launcher engine: every `scripts/run_*.sh` is a table of settings here, and one engine turns
+what the user typed into the commands to run.
+
+    bash scripts/run_squad.sh 24 5e-6 fp16 true 8 --epochs=3 --preset my_cluster -- --seed=7
+      -> python -m launch plan run_squad ...      (launch/__main__.py)
+      -> parse -> check -> usage -> resolved summary -> plan -> input checks -> a plan file
+      -> the bash launcher runs the plan's steps in order
+
+One precedence for every launcher and setting:
+
+    defaults < preset file (configs/presets/<launcher>/) < positional (NVIDIA's order) < --NAME=VALUE
+    computed defaults < environment variable < --PATH_OPTION=PATH
+
+Values are checked against common/kinds.py, the table the entry points' flags use too. Workers
+start one way for every launcher (launch/workers.py). The package sits above training/: it
+imports the library to check inputs; nothing below imports it.
+"""

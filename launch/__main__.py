@@ -1,0 +1,63 @@
+"""`python -m launch plan LAUNCHER PLAN_FILE PYTHON ARGS...`: what scripts/launch.sh calls for
+every launcher; `verify DIR STEPS WAIT_S` and `report SCRIPT OUTPUT_DIR SINCE` are steps a plan
+may hold (phase 1's final checkpoint before phase 2; the metrics a fine-tuning wrote)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from common.errors import UserError
+from launch import glue, pretraining, squad, tune
+from launch.engine import plan_launch, usage_line
+from launch.workers import UsageError
+
+# The launcher of each scripts/<name>.sh.
+LAUNCHERS = {
+    "run_pretraining_lamb": pretraining.BOTH,
+    "run_pretraining_lamb_phase1": pretraining.PHASE1,
+    "run_pretraining_lamb_phase2": pretraining.PHASE2,
+    "run_squad": squad.TRAINING,
+    "run_squad_inference": squad.INFERENCE,
+    "run_glue": glue.TRAINING,
+    "run_glue_inference": glue.INFERENCE,
+    "run_tune": tune.LAUNCHER,
+}
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+USAGE = (
+    "usage: python -m launch plan LAUNCHER PLAN_FILE PYTHON ARGS... | verify DIR STEPS WAIT_S | "
+    f"report SCRIPT OUTPUT_DIR SINCE   (LAUNCHER: {', '.join(LAUNCHERS)})"
+)
+
+
+def main(argv=None, environ=None, out=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    environ = dict(os.environ if environ is None else environ)
+    out = out or sys.stdout
+    command = argv[0] if argv else ""
+    script = f"{argv[1]}.sh" if command == "plan" and len(argv) > 1 else "launch"
+    try:
+        if command == "plan" and len(argv) >= 4 and argv[1] in LAUNCHERS:
+            launcher = LAUNCHERS[argv[1]]
+            try:
+                return plan_launch(launcher, script, argv[2], argv[4:], environ, REPO_ROOT, argv[3], out)
+            except UsageError as e:
+                print(f"{script}: error: {e}", file=sys.stderr)
+                print(usage_line(launcher, script), file=sys.stderr)
+                return 2
+        if command == "verify" and len(argv) == 4:
+            pretraining.verify_phase1_checkpoint(argv[1], int(argv[2]), float(argv[3]))
+            return 0
+        if command == "report" and len(argv) == 4:
+            from launch.finetuning import report
+
+            return report(argv[1], argv[2], float(argv[3]), out)
+    except UserError as e:
+        print(f"{script}: error: {e}", file=sys.stderr)
+        return 2
+    print(USAGE, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
