@@ -140,8 +140,12 @@ def parse_arguments(launcher: Launcher, args) -> Request:
             request.dry_run = True
             continue
         if name not in settings | paths | {"preset"}:
-            known = ", ".join("--" + n for n in [s.name for s in launcher.settings] + [p.name for p in launcher.paths])
-            raise UsageError(f"unknown option '--{name}'; the named options are --preset, --dry_run, {known}.")
+            known = ", ".join(
+                "--" + n for n in [s.name for s in launcher.settings] + [p.name for p in launcher.paths]
+            )
+            raise UsageError(
+                f"unknown option '--{name}'; the named options are --preset, --dry_run, {known}."
+            )
         if not has_value:
             if i >= len(args) or args[i].startswith("--") or not args[i]:
                 raise UsageError(f"--{name} needs a value (--{name}=VALUE or --{name} VALUE).")
@@ -246,7 +250,11 @@ def check_value(setting: Setting, text: str, where: str, models) -> tuple:
         if setting.kind == "choice":
             if text not in setting.choices:
                 *most, last = setting.choices
-                raise ValueError(f"{', '.join(most)} or {last}" if len(most) == 1 else f"one of {', '.join(setting.choices)}")
+                raise ValueError(
+                    f"{', '.join(most)} or {last}"
+                    if len(most) == 1
+                    else f"one of {', '.join(setting.choices)}"
+                )
             return text, text
         if setting.kind == "custom":
             canonical = setting.parse(text)
@@ -444,17 +452,25 @@ def plan_text(script: str, steps, done: str) -> str:
     for i, step in enumerate(steps, 1):
         out.append(f"STEP_{i}=({' '.join(shlex.quote(str(a)) for a in step.argv)})")
         out.append(f"STEP_{i}_BANNER={shlex.quote(f'{script}: {step.banner}' if step.banner else '')}")
-        out.append(f"STEP_{i}_FAILURE={shlex.quote(f'{script}: error: {step.failure}' if step.failure else '')}")
+        out.append(
+            f"STEP_{i}_FAILURE={shlex.quote(f'{script}: error: {step.failure}' if step.failure else '')}"
+        )
     out.append(f"DONE={shlex.quote(f'{script}: {done}' if done else '')}")
     return "\n".join(out) + "\n"
 
 
 def models_in(repo_root: str) -> list:
     configs = os.path.join(repo_root, "configs")
-    return sorted(f[len("bert_") : -len(".json")] for f in os.listdir(configs) if f.startswith("bert_") and f.endswith(".json"))
+    return sorted(
+        f[len("bert_") : -len(".json")]
+        for f in os.listdir(configs)
+        if f.startswith("bert_") and f.endswith(".json")
+    )
 
 
-def plan_launch(launcher: Launcher, script: str, plan_file: str, args, environ: dict, repo_root: str, python: str, out) -> int:
+def plan_launch(
+    launcher: Launcher, script: str, plan_file: str, args, environ: dict, repo_root: str, python: str, out
+) -> int:
     """Resolves and checks `args`, prints the settings and the commands, checks the inputs (not
     with --dry_run) and writes the plan file; raises UsageError / UserError."""
     models = models_in(repo_root)

@@ -18,7 +18,9 @@ GOOGLE_MODELS = {"base": "uncased_L-12_H-768_A-12", "large": "uncased_L-24_H-102
 PRECISION = Setting("precision", "fp16", "precision", "fp16 | fp32 | tf32 | bf16")
 USE_XLA = Setting("use_xla", "true", "bool", "true | false")
 NUM_GPU = Setting("num_gpu", "8", "count", "workers, one process per GPU")
-DOC_STRIDE_UNUSED = Setting("doc_stride", "64", "count", "accepted for NVIDIA's order; unused by classification")
+DOC_STRIDE_UNUSED = Setting(
+    "doc_stride", "64", "count", "accepted for NVIDIA's order; unused by classification"
+)
 EPOCHS = Setting("epochs", "2.0", "epochs", "passes over the training set")
 INIT_CHECKPOINT = Setting("init_checkpoint", "", "text", "starting weights (default: BERT_DIR)")
 
@@ -27,7 +29,9 @@ def bert_model(help_text="picks BERT_DIR: Google's base/large, else <results_dir
     return Setting("bert_model", "large", "model", help_text)
 
 
-DATA_DIR = PathOption("data_dir", "BERT_DATA_DIR", "data root of scripts/data_download.sh (default <repo>/data_dir)")
+DATA_DIR = PathOption(
+    "data_dir", "BERT_DATA_DIR", "data root of scripts/data_download.sh (default <repo>/data_dir)"
+)
 SQUAD_DIR = PathOption("squad_dir", "SQUAD_DIR", "holds v1.1/ and v2.0/ (default <data_dir>/download/squad)")
 GLUE_DIR = PathOption("glue_dir", "GLUE_DIR", "holds MRPC/, MNLI/, ... (default <data_dir>/download/glue)")
 BERT_DIR = PathOption("bert_dir", "BERT_DIR", "the bert_model's checkpoint, bert_config.json and vocab.txt")
@@ -78,7 +82,9 @@ def resolve_bert_dir(launch, root: str, results_dir: str) -> str:
     if model in GOOGLE_MODELS:
         where = os.path.join(root, "download", "google_pretrained_weights", GOOGLE_MODELS[model])
         return launch.path("bert_dir", where, f"Google's BERT-{model.capitalize()} under data_dir")
-    return launch.path("bert_dir", os.path.join(results_dir, "phase_2"), f"run_pretraining_lamb.sh's output for {model}")
+    return launch.path(
+        "bert_dir", os.path.join(results_dir, "phase_2"), f"run_pretraining_lamb.sh's output for {model}"
+    )
 
 
 def resolve_model(launch, default_init: str, how: str) -> str:
@@ -91,7 +97,12 @@ def resolve_model(launch, default_init: str, how: str) -> str:
     bert_dir = launch.paths["bert_dir"][0]
     for name, files in (("bert_config", ("bert_config.json", "config.json")), ("vocab_file", ("vocab.txt",))):
         found = next(
-            ((d, os.path.join(d, f)) for d in (beside, bert_dir) for f in files if os.path.isfile(os.path.join(d, f))),
+            (
+                (d, os.path.join(d, f))
+                for d in (beside, bert_dir)
+                for f in files
+                if os.path.isfile(os.path.join(d, f))
+            ),
             None,
         )
         if found is None:
@@ -121,16 +132,24 @@ def require_model_files(launch, hint: str) -> None:
     comes from), the config and the vocab."""
     init = launch.text["init_checkpoint"]
     if not ("://" in init or os.path.exists(init) or os.path.exists(init + ".index")):
-        raise UserError(f"init_checkpoint {init} does not exist ({launch.source['init_checkpoint']}); {hint}.")
-    require_file(launch.paths["bert_config"][0], "The BERT config", "set BERT_CONFIG (or --bert_config) or BERT_DIR")
-    require_file(launch.paths["vocab_file"][0], "The vocab file", "set VOCAB_FILE (or --vocab_file) or BERT_DIR")
+        raise UserError(
+            f"init_checkpoint {init} does not exist ({launch.source['init_checkpoint']}); {hint}."
+        )
+    require_file(
+        launch.paths["bert_config"][0], "The BERT config", "set BERT_CONFIG (or --bert_config) or BERT_DIR"
+    )
+    require_file(
+        launch.paths["vocab_file"][0], "The vocab file", "set VOCAB_FILE (or --vocab_file) or BERT_DIR"
+    )
 
 
 def require_no_other_checkpoint(launch, model_dir: str) -> None:
     """The entry points continue from a checkpoint in --output_dir before they look at
     --init_checkpoint, so a prediction's output directory may hold none but the model's own."""
     out = launch.paths["output_dir"][0]
-    if os.path.isfile(os.path.join(out, "checkpoint")) and os.path.realpath(out) != os.path.realpath(model_dir):
+    if os.path.isfile(os.path.join(out, "checkpoint")) and os.path.realpath(out) != os.path.realpath(
+        model_dir
+    ):
         raise UserError(
             f"output_dir {out} holds a checkpoint of its own, which {launch.launcher.entry} would predict with "
             f"instead of init_checkpoint {launch.text['init_checkpoint']}; give another --output_dir."
@@ -156,7 +175,9 @@ def continue_note(launch) -> list:
 
 def require_program(program: str) -> None:
     if not (os.access(program, os.X_OK) if os.path.isabs(program) else shutil.which(program)):
-        raise UserError(f"{program} is not installed; run scripts/setup.sh (Horovod), or set HOROVOD_LAUNCHER=mpirun.")
+        raise UserError(
+            f"{program} is not installed; run scripts/setup.sh (Horovod), or set HOROVOD_LAUNCHER=mpirun."
+        )
 
 
 def fine_tuning_plan(launch, command: list, notes: list, check_inputs, report: list | None = None) -> Plan:
@@ -175,7 +196,9 @@ def fine_tuning_plan(launch, command: list, notes: list, check_inputs, report: l
         try:
             ensure_writable_dir(out)
         except UserError:
-            raise UserError(f"cannot write the output directory {out}; set RESULTS_DIR or --output_dir.") from None
+            raise UserError(
+                f"cannot write the output directory {out}; set RESULTS_DIR or --output_dir."
+            ) from None
         entry = launch.launcher.entry
         steps = [
             Step(
@@ -197,7 +220,10 @@ def report(script: str, output_dir: str, since: float, out) -> int:
     """Prints the metrics in output_dir/eval_results.json when this launch wrote it."""
     results = os.path.join(output_dir, "eval_results.json")
     if not (os.path.isfile(results) and os.path.getmtime(results) >= since):
-        print(f"== {script}: done; no metrics (the data had no answers or labels): predictions in {output_dir} ==", file=out)
+        print(
+            f"== {script}: done; no metrics (the data had no answers or labels): predictions in {output_dir} ==",
+            file=out,
+        )
         return 0
     print(f"== {script}: results ({results}) ==", file=out)
     with open(results, encoding="utf-8") as f:
@@ -214,5 +240,7 @@ def report(script: str, output_dir: str, since: float, out) -> int:
     if exact is not None:
         print(f"  EM {exact:.2f}  F1 {values['f1']:.2f}", file=out)
     for key, value in numbers("", values):
-        print(f"  {key:28s} = {value:.4f}" if isinstance(value, float) else f"  {key:28s} = {value}", file=out)
+        print(
+            f"  {key:28s} = {value:.4f}" if isinstance(value, float) else f"  {key:28s} = {value}", file=out
+        )
     return 0

@@ -48,7 +48,9 @@ def plan_training(launch):
     ft.resolve_bert_dir(launch, root, results)
     init = ft.resolve_model(launch, launch.paths["bert_dir"][0], "BERT_DIR")
     out = launch.path(
-        "output_dir", os.path.join(results, f"glue_{task.name}_{t['bert_model']}"), "results_dir, task_name, bert_model"
+        "output_dir",
+        os.path.join(results, f"glue_{task.name}_{t['bert_model']}"),
+        "results_dir, task_name, bert_model",
     )
     files = split_files(task_dir, task)
     predict = all(os.path.isfile(f) for s, f in files.items() if s.startswith("test"))
@@ -190,7 +192,9 @@ INFERENCE = Launcher(
     ),
     (
         ft.task_setting("CoLA SST-2 MRPC STS-B QQP MNLI QNLI RTE WNLI AX (any case)"),
-        Setting("init_checkpoint", "", "text", "fine-tuned model (default <results_dir>/glue_<task>_<model>)"),
+        Setting(
+            "init_checkpoint", "", "text", "fine-tuned model (default <results_dir>/glue_<task>_<model>)"
+        ),
         Setting("batch_size", "32", "count", "examples per prediction batch (--predict_batch_size)"),
         ft.PRECISION,
         ft.USE_XLA,
@@ -200,7 +204,9 @@ INFERENCE = Launcher(
     ),
     (
         *GLUE_PATHS,
-        ft.PathOption("bert_dir", "BERT_DIR", "Google's base/large under data_dir, else <results_dir>/phase_2"),
+        ft.PathOption(
+            "bert_dir", "BERT_DIR", "Google's base/large under data_dir, else <results_dir>/phase_2"
+        ),
         ft.BERT_CONFIG,
         ft.VOCAB_FILE,
         ft.RESULTS_DIR,

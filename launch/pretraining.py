@@ -47,16 +47,24 @@ SETTINGS = (
     Setting("num_accumulation_steps_phase2", "512", "count", "micro-batches per update, phase 2"),
     Setting("bert_model", "large", "model", "configs/bert_<bert_model>.json (base, large, ...)"),
     Setting(
-        "do_eval", "true", "bool", "evaluate on <phase data>/test/* at the end of each phase", positional=False
+        "do_eval",
+        "true",
+        "bool",
+        "evaluate on <phase data>/test/* at the end of each phase",
+        positional=False,
     ),
 )
 
 PATHS = (
-    PathOption("data_dir", "BERT_DATA_DIR", "data root that scripts/data_download.sh wrote (default <repo>/data_dir)"),
+    PathOption(
+        "data_dir", "BERT_DATA_DIR", "data root that scripts/data_download.sh wrote (default <repo>/data_dir)"
+    ),
     PathOption("dataset", None, "the prepared corpus' name under the data root (default wikicorpus_en)"),
     PathOption("results_dir", "RESULTS_DIR", "phase_1/ and phase_2/ outputs (default <repo>/results)"),
     PathOption("bert_config", "BERT_CONFIG", "model config (default configs/bert_<bert_model>.json)"),
-    PathOption("vocab_file", "VOCAB_FILE", "vocab.txt (default: the data root's trained vocab, else Google's)"),
+    PathOption(
+        "vocab_file", "VOCAB_FILE", "vocab.txt (default: the data root's trained vocab, else Google's)"
+    ),
     PathOption("phase1_data", "PHASE1_DATA", "phase-1 TFRecord dir with training/ and test/"),
     PathOption("phase2_data", "PHASE2_DATA", "phase-2 TFRecord dir with training/ and test/"),
     PathOption("init_checkpoint", "INIT_CHECKPOINT", "weights to start phase 1 from (ours, Google's or HF)"),
@@ -242,7 +250,9 @@ def _resolve_paths(launch) -> dict:
     bert_model = launch.text["bert_model"]
     return {
         "data_dir": root,
-        "results_dir": launch.path("results_dir", os.path.join(launch.repo_root, "results"), "<repo>/results"),
+        "results_dir": launch.path(
+            "results_dir", os.path.join(launch.repo_root, "results"), "<repo>/results"
+        ),
         "bert_config": launch.path(
             "bert_config", os.path.join(launch.repo_root, "configs", f"bert_{bert_model}.json"), "bert_model"
         ),
@@ -313,9 +323,13 @@ def plan(launch, which: str) -> Plan:
     paths = _resolve_paths(launch)
     workers = launch.workers
     first_output = phase_output(paths["results_dir"], 1)
-    init = {1: paths["init_checkpoint"], 2: first_output if which == "both" else paths["init_checkpoint"] or first_output}
+    init = {
+        1: paths["init_checkpoint"],
+        2: first_output if which == "both" else paths["init_checkpoint"] or first_output,
+    }
     commands = {
-        n: launch.command(_phase_flags(phases[n], v, text, paths, init[n], workers.count), ORIGIN) for n in run_phases
+        n: launch.command(_phase_flags(phases[n], v, text, paths, init[n], workers.count), ORIGIN)
+        for n in run_phases
     }
     notes = [workers.line()]
     for n in run_phases:
@@ -379,7 +393,9 @@ def plan(launch, which: str) -> Plan:
         if starting:
             say("checking inputs:")
             first = starting[0]  # INIT_CHECKPOINT is where the first phase of this launcher starts
-            check_inputs(paths, starting, v["do_eval"], init[first] if first == run_phases[0] else "", log=say)
+            check_inputs(
+                paths, starting, v["do_eval"], init[first] if first == run_phases[0] else "", log=say
+            )
             from common.files import ensure_writable_dir
 
             ensure_writable_dir(paths["results_dir"], what="results directory (RESULTS_DIR)")
@@ -397,12 +413,20 @@ ABOUT = (
 
 def _launcher(which: str, about) -> Launcher:
     return Launcher(
-        "run_pretraining_lamb", "run_pretraining.py", about, SETTINGS, PATHS, lambda launch: plan(launch, which), "num_gpus"
+        "run_pretraining_lamb",
+        "run_pretraining.py",
+        about,
+        SETTINGS,
+        PATHS,
+        lambda launch: plan(launch, which),
+        "num_gpus",
     )
 
 
 BOTH = _launcher("both", ABOUT)
-PHASE1 = _launcher("1", ("Phase 1 alone (seq 128, 20 predictions, 90% of train_steps); INIT_CHECKPOINT is where it starts.",))
+PHASE1 = _launcher(
+    "1", ("Phase 1 alone (seq 128, 20 predictions, 90% of train_steps); INIT_CHECKPOINT is where it starts.",)
+)
 PHASE2 = _launcher(
     "2",
     (

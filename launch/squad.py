@@ -10,7 +10,9 @@ from launch.engine import Launcher, Setting
 
 BATCH = "training examples per GPU per step (--train_batch_size)"
 SQUAD_VERSION = Setting("squad_version", "1.1", "choice", "1.1 | 2.0", choices=("1.1", "2.0"))
-PREDICT_FILE = ft.PathOption("predict_file", None, "default <squad_dir>/v<squad_version>/dev-v<squad_version>.json")
+PREDICT_FILE = ft.PathOption(
+    "predict_file", None, "default <squad_dir>/v<squad_version>/dev-v<squad_version>.json"
+)
 
 
 def _squad_files(launch, root: str, splits) -> dict:
@@ -18,7 +20,9 @@ def _squad_files(launch, root: str, splits) -> dict:
     squad_dir = launch.path("squad_dir", os.path.join(root, "download", "squad"), "under data_dir")
     return {
         split: launch.path(
-            f"{split}_file", os.path.join(squad_dir, f"v{version}", f"{stem}-v{version}.json"), "squad_dir, squad_version"
+            f"{split}_file",
+            os.path.join(squad_dir, f"v{version}", f"{stem}-v{version}.json"),
+            "squad_dir, squad_version",
         )
         for split, stem in splits
     }
@@ -36,7 +40,9 @@ def plan_training(launch):
     ft.resolve_bert_dir(launch, root, results)
     ft.resolve_model(launch, launch.paths["bert_dir"][0], "BERT_DIR")
     out = launch.path(
-        "output_dir", os.path.join(results, f"squad_v{version}_{t['bert_model']}"), "results_dir, squad_version, bert_model"
+        "output_dir",
+        os.path.join(results, f"squad_v{version}_{t['bert_model']}"),
+        "results_dir, squad_version, bert_model",
     )
     flags = [
         ("bert_config_file", launch.paths["bert_config"][0], "bert_config"),
@@ -65,7 +71,9 @@ def plan_training(launch):
         ft.require_file(files["predict"], "The SQuAD dev file", _squad_hint("predict_file"))
         ft.require_model_files(launch, ft.bert_dir_hint(t["bert_model"]))
 
-    return ft.fine_tuning_plan(launch, command, ft.worker_notes(launch) + ft.continue_note(launch), check_inputs)
+    return ft.fine_tuning_plan(
+        launch, command, ft.worker_notes(launch) + ft.continue_note(launch), check_inputs
+    )
 
 
 def plan_inference(launch):
@@ -155,7 +163,9 @@ INFERENCE = Launcher(
         "squad_version 2.0 reads dev-v2.0.json and adds --version_2_with_negative.",
     ),
     (
-        Setting("init_checkpoint", "", "text", "fine-tuned model (default <results_dir>/squad_v<ver>_<model>)"),
+        Setting(
+            "init_checkpoint", "", "text", "fine-tuned model (default <results_dir>/squad_v<ver>_<model>)"
+        ),
         Setting("batch_size", "8", "count", "examples per prediction batch (--predict_batch_size)"),
         ft.PRECISION,
         ft.USE_XLA,
@@ -168,7 +178,9 @@ INFERENCE = Launcher(
         ft.DATA_DIR,
         ft.SQUAD_DIR,
         PREDICT_FILE,
-        ft.PathOption("bert_dir", "BERT_DIR", "Google's base/large under data_dir, else <results_dir>/phase_2"),
+        ft.PathOption(
+            "bert_dir", "BERT_DIR", "Google's base/large under data_dir, else <results_dir>/phase_2"
+        ),
         ft.BERT_CONFIG,
         ft.VOCAB_FILE,
         ft.RESULTS_DIR,

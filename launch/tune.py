@@ -9,7 +9,13 @@ import os
 from launch import finetuning as ft
 from launch.engine import Launcher, Setting
 
-SQUAD_NAMES = {"squad": "SQuAD", "squad1": "SQuAD", "squad1.1": "SQuAD", "squad2": "SQuAD2", "squad2.0": "SQuAD2"}
+SQUAD_NAMES = {
+    "squad": "SQuAD",
+    "squad1": "SQuAD",
+    "squad1.1": "SQuAD",
+    "squad2": "SQuAD2",
+    "squad2.0": "SQuAD2",
+}
 
 
 def tune_task_name(text: str) -> str:
@@ -31,7 +37,9 @@ def plan(launch):
     ft.resolve_bert_dir(launch, root, results)
     init = ft.resolve_model(launch, launch.paths["bert_dir"][0], "BERT_DIR")
     out = launch.path(
-        "output_dir", os.path.join(results, f"tune_{task}_{t['bert_model']}"), "results_dir, task_name, bert_model"
+        "output_dir",
+        os.path.join(results, f"tune_{task}_{t['bert_model']}"),
+        "results_dir, task_name, bert_model",
     )
     if squad_version:
         squad_dir = launch.path("squad_dir", os.path.join(root, "download", "squad"), "under data_dir")
@@ -88,7 +96,9 @@ LAUNCHER = Launcher(
         "their dev metric lags), then prints the trials, the best parameters and its checkpoint.",
     ),
     (
-        Setting("task_name", "MRPC", "custom", "SQuAD, SQuAD2 or a GLUE task (any case)", parse=tune_task_name),
+        Setting(
+            "task_name", "MRPC", "custom", "SQuAD, SQuAD2 or a GLUE task (any case)", parse=tune_task_name
+        ),
         Setting("n_trials", "20", "count", "trials to finish (complete or pruned), every worker's counted"),
         Setting("num_gpu", "1", "count", "GPUs per trial (horovodrun -np num_gpu)"),
         ft.bert_model(),

@@ -141,3 +141,81 @@ def random_batch(config, batch=2, seq=16, predictions=4, seed=0):
         "masked_lm_weights": np.array([[1, 1, 1, 0]] * batch, "float32")[:, :predictions],
         "next_sentence_labels": np.array([[0], [1]] * (batch // 2) + [[0]] * (batch % 2), "int32"),
     }
+
+
+PRESETS = os.path.join(ROOT, "configs", "presets")
+
+
+def preset_file_values(path):
+    """{name: value} of a launcher's `name=value` preset file, read independently of launch/."""
+    values = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            line = line.split("#", 1)[0].strip()
+            if line:
+                name, value = line.split("=", 1)
+                values[name.strip()] = value.strip()
+    return values
+
+
+# Fine-tuning runs that several test files read (test_glue_task, test_squad_task, test_export,
+# test_finetuning_job): session-scoped, so each trains once per pytest process, not once per file.
+# Imported when first used: most test files never start a fine-tuning run.
+
+
+@pytest.fixture(scope="session")
+def model_files(tmp_path_factory):
+    from finetuning_runs import _fixture_texts
+    from word_order import write_model_files
+
+    return write_model_files(str(tmp_path_factory.mktemp("model")), _fixture_texts())
+
+
+@pytest.fixture(scope="session")
+def mrpc_run(model_files, tmp_path_factory):
+    """MRPC trained (2 examples, batch 1, 2.5 epochs: 5 updates), evaluated, predicted, exported."""
+    import run_classifier
+    from finetuning_runs import GLUE, _flags, _ok
+
+    root = tmp_path_factory.mktemp("mrpc")
+    run = {"output": root / "run", "export": root / "export", "triton": root / "triton"}
+    argv = _flags(
+        model_files,
+        run["output"],
+        "--do_train",
+        "--do_eval",
+        "--do_predict",
+        task_name="MRPC",
+        data_dir=GLUE,
+        num_train_epochs=2.5,
+        save_checkpoints_steps=2,
+        export_dir=run["export"],
+        triton_repository=run["triton"],
+    )
+    _ok(run_classifier.main, argv)
+    return run
+
+
+@pytest.fixture(scope="session")
+def squad_run(model_files, tmp_path_factory):
+    """SQuAD v1.1 trained on the tiny training file, which it then predicts and scores; exported."""
+    import run_squad
+    from finetuning_runs import SQUAD_FLAGS, SQUAD_TRAIN, _flags, _ok
+
+    root = tmp_path_factory.mktemp("squad")
+    run = {"output": root / "run", "export": root / "export"}
+    argv = _flags(
+        model_files,
+        run["output"],
+        "--do_train",
+        "--do_predict",
+        "--do_eval",
+        *SQUAD_FLAGS,
+        train_file=SQUAD_TRAIN,
+        predict_file=SQUAD_TRAIN,
+        train_batch_size=4,
+        num_train_epochs=2,
+        export_dir=run["export"],
+    )
+    _ok(run_squad.main, argv)
+    return run

@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from conftest import LAUNCH_ENV
+from conftest import LAUNCH_ENV, PRESETS, preset_file_values
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PYTHON_BIN = os.path.dirname(sys.executable)
@@ -267,6 +267,97 @@ def test_the_resolved_settings_show_the_global_batch_and_peak_learning_rate():
     assert "global batch       = 128 (32 per worker x 4 workers)" in result.stdout
     assert "peak learning rate = 4e-05 (1e-5 per worker x 4 workers)" in result.stdout
     assert result.stdout.rstrip().endswith("dry run: nothing checked or started.")
+
+
+# ---- presets -----------------------------------------------------------------------------------
+
+# The flag each setting reaches in the training launchers' commands.
+FLAG_OF = {
+    "run_squad.sh": {
+        "batch_size": "train_batch_size",
+        "learning_rate": "learning_rate",
+        "precision": "precision",
+        "use_xla": "use_xla",
+        "seq_length": "max_seq_length",
+        "doc_stride": "doc_stride",
+        "epochs": "num_train_epochs",
+    },
+    "run_glue.sh": {
+        "task_name": "task_name",
+        "batch_size": "train_batch_size",
+        "learning_rate": "learning_rate",
+        "precision": "precision",
+        "use_xla": "use_xla",
+        "seq_length": "max_seq_length",
+        "epochs": "num_train_epochs",
+        "warmup_proportion": "warmup_proportion",
+    },
+}
+PRESET_FILES = [
+    (script, os.path.join(PRESETS, script[: -len(".sh")], name))
+    for script in (
+        "run_squad.sh",
+        "run_glue.sh",
+        "run_squad_inference.sh",
+        "run_glue_inference.sh",
+        "run_tune.sh",
+    )
+    for name in sorted(os.listdir(os.path.join(PRESETS, script[: -len(".sh")])))
+]
+
+
+@pytest.mark.parametrize(
+    "script, path", PRESET_FILES, ids=[f"{s}-{os.path.basename(p)}" for s, p in PRESET_FILES]
+)
+def test_each_preset_resolves_to_its_values(script, path, tmp_path):
+    preset = os.path.splitext(os.path.basename(path))[0]
+    values = preset_file_values(path)
+    settings, argv = dry_run(script, "--preset", preset, env={"BERT_DATA_DIR": str(tmp_path)})
+    assert {name: settings[name] for name in values} == {
+        name: (value, f"preset {preset}") for name, value in values.items()
+    }
+    cmd = flags(argv)
+    for name, flag in FLAG_OF.get(script, {}).items():
+        assert cmd[flag] == values[name], name
+    if script in FLAG_OF:  # a training preset sets every setting but the checkpoint
+        assert set(values) == {name for name, _ in NVIDIA[script]} - {"init_checkpoint"}
+        workers = int(values["num_gpu"])
+        assert cmd["use_horovod"] == ("true" if workers > 1 else "false")
+        if workers > 1:
+            assert argv[argv.index("-np") + 1] == values["num_gpu"]
+        else:
+            assert argv[0] == sys.executable
+        google = {"base": BASE, "large": LARGE}.get(values["bert_model"])
+        expected = (
+            str(tmp_path / "download" / GOOGLE / google)
+            if google
+            else os.path.join(ROOT, "results", "phase_2")
+        )
+        assert cmd["init_checkpoint"] == expected
+    if "squad_version" in values:
+        assert cmd["version_2_with_negative"] == ("true" if values["squad_version"] == "2.0" else "false")
+
+
+@pytest.mark.parametrize("script", ["run_squad.sh", "run_glue.sh"])
+def test_nvidia_presets_are_nvidias_defaults(script):
+    values = preset_file_values(
+        os.path.join(PRESETS, script[: -len(".sh")], "nvidia_dgx_a100_8gpu_large.conf")
+    )
+    assert values == {name: default for name, default in NVIDIA[script] if default}
+
+
+def test_presets_rank_below_positional_and_named_arguments():
+    settings, argv = dry_run("run_glue.sh", "--preset", "cpu_tiny", "SST-2", "8", "--epochs=1.5")
+    assert settings["task_name"] == ("SST-2", "argument 1") and settings["batch_size"] == ("8", "argument 2")
+    assert settings["epochs"] == ("1.5", "--epochs") and settings["bert_model"] == ("tiny", "preset cpu_tiny")
+    assert settings["doc_stride"] == ("64", "preset cpu_tiny")
+    assert (flags(argv)["task_name"], flags(argv)["learning_rate"]) == ("SST-2", "1e-3")
+    result = launch("run_squad.sh", "--preset", "cpu_tiny_typo", "--dry_run")
+    assert result.returncode == 2
+    assert (
+        "no preset 'cpu_tiny_typo': give a file or one of cpu_tiny, nvidia_dgx_a100_8gpu_large"
+        in result.stderr
+    )
 
 
 # ---- validation -------------------------------------------------------------------------------

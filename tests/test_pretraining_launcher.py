@@ -14,10 +14,11 @@ import sys
 
 import pytest
 
-from conftest import LAUNCH_ENV
+from conftest import LAUNCH_ENV, preset_file_values
+from conftest import PRESETS as ALL_PRESETS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PRESETS = os.path.join(ROOT, "configs", "presets", "run_pretraining_lamb")
+PRESETS = os.path.join(ALL_PRESETS, "run_pretraining_lamb")
 POSITIONAL = [
     "train_batch_size_phase1",
     "train_batch_size_phase2",
@@ -71,17 +72,6 @@ def dry_run(*args, **kwargs):
 def flags(argv):
     """{flag: value} of the --flag=value arguments of a command."""
     return dict(a[2:].split("=", 1) for a in argv if a.startswith("--") and "=" in a)
-
-
-def preset_file_values(path):
-    values = {}
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            line = line.split("#", 1)[0].strip()
-            if line:
-                name, value = line.split("=", 1)
-                values[name.strip()] = value.strip()
-    return values
 
 
 # ---- validation -------------------------------------------------------------------------------

@@ -344,9 +344,13 @@ def test_trial_command_passes_the_studys_flags_and_the_trials_parameters(tmp_pat
         "--nodo_predict",
         "--eval_every_n_steps=50",
     ]
-    one = dataclasses.replace(settings, num_gpus=1, trial_prefix=tuple(trial_prefix(1, {}, sys.executable, [])))
+    one = dataclasses.replace(
+        settings, num_gpus=1, trial_prefix=tuple(trial_prefix(1, {}, sys.executable, []))
+    )
     one = tuning.trial_command(one, {}, "/o/trial_002")
     assert one[:2] == [sys.executable, os.path.join(ROOT, "run_squad.py")]
     prefix = trial_prefix(2, {"HOROVOD_LAUNCHER": "mpirun"}, sys.executable, ["--gloo"])
-    mpirun = tuning.trial_command(dataclasses.replace(settings, trial_prefix=tuple(prefix)), {}, "/o/trial_003")
+    mpirun = tuning.trial_command(
+        dataclasses.replace(settings, trial_prefix=tuple(prefix)), {}, "/o/trial_003"
+    )
     assert os.path.basename(mpirun[0]) == "mpirun" and "-np" in mpirun and "--gloo" in mpirun
