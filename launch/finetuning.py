@@ -112,6 +112,17 @@ def resolve_model(launch, default_init: str, how: str) -> str:
     return init
 
 
+def inference_model(launch, root: str, results: str, trained: str, trained_by: str, output: str, how: str):
+    """(init_checkpoint, its directory, output_dir, export_dir) of a prediction launcher: the model
+    defaults to the training launcher's output `trained`; the output directory is named `output`_
+    <the model's directory name>."""
+    resolve_bert_dir(launch, root, results)
+    init = resolve_model(launch, trained, f"{trained_by}'s output_dir")
+    model_dir = init if os.path.isdir(init) else os.path.dirname(init)
+    out = launch.path("output_dir", os.path.join(results, f"{output}_{os.path.basename(model_dir)}"), how)
+    return init, model_dir, out, launch.path("export_dir", "", "none")
+
+
 def bert_dir_hint(model: str) -> str:
     """Where the bert_model's checkpoint comes from, for an error message."""
     if model in GOOGLE_MODELS:

@@ -97,16 +97,15 @@ def plan_inference(launch):
     t = launch.text
     root, results = ft.common_paths(launch)
     task, task_dir = _task(launch, root)
-    ft.resolve_bert_dir(launch, root, results)
-    trained = os.path.join(results, f"glue_{task.name}_{t['bert_model']}")
-    init = ft.resolve_model(launch, trained, "run_glue.sh's output_dir")
-    model_dir = init if os.path.isdir(init) else os.path.dirname(init)
-    out = launch.path(
-        "output_dir",
-        os.path.join(results, f"inference_glue_{task.name}_{os.path.basename(model_dir)}"),
+    init, model_dir, out, export_dir = ft.inference_model(
+        launch,
+        root,
+        results,
+        os.path.join(results, f"glue_{task.name}_{t['bert_model']}"),
+        "run_glue.sh",
+        f"inference_glue_{task.name}",
         "results_dir, task_name, init_checkpoint",
     )
-    export_dir = launch.path("export_dir", "", "none")
     files = split_files(task_dir, task, skip=("train",))
     present = {s for s, f in files.items() if os.path.isfile(f)}
     evaluate = any(s.startswith("dev") for s in present)

@@ -81,16 +81,15 @@ def plan_inference(launch):
     t, version = launch.text, launch.text["squad_version"]
     root, results = ft.common_paths(launch)
     files = _squad_files(launch, root, (("predict", "dev"),))
-    ft.resolve_bert_dir(launch, root, results)
-    trained = os.path.join(results, f"squad_v{version}_{t['bert_model']}")
-    init = ft.resolve_model(launch, trained, "run_squad.sh's output_dir")
-    model_dir = init if os.path.isdir(init) else os.path.dirname(init)
-    out = launch.path(
-        "output_dir",
-        os.path.join(results, f"inference_squad_v{version}_{os.path.basename(model_dir)}"),
+    init, model_dir, out, export_dir = ft.inference_model(
+        launch,
+        root,
+        results,
+        os.path.join(results, f"squad_v{version}_{t['bert_model']}"),
+        "run_squad.sh",
+        f"inference_squad_v{version}",
         "results_dir, squad_version, init_checkpoint",
     )
-    export_dir = launch.path("export_dir", "", "none")
     flags = [
         ("init_checkpoint", init, "init_checkpoint"),
         ("bert_config_file", launch.paths["bert_config"][0], "bert_config"),
