@@ -1,0 +1,228 @@
+"""training/finetuning_job.py through run_classifier.py: a task a tiny BERT learns from random
+init (and MiniLM from its weights), two Horovod workers against one worker with the doubled batch,
+exact resume after kill -9, and a fine-tuned head of another class count refused before training."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import run_classifier
+from common.files import TEMP_MARK
+from conftest import BIN, ROOT, kill_after_step, worker_env
+from finetuning_runs import GLUE, SEQ, D, _checkpoint, _error, _fixture_texts, _flags, _json, _log, _ok, _tsv
+from word_order import DEV_SENTENCES, TRAIN_SENTENCES, write_model_files, write_word_order_task
+
+
+@pytest.fixture(scope="module")
+def word_order_task(tmp_path_factory):
+    return write_word_order_task(tmp_path_factory.mktemp("word_order"))
+
+
+def _dev_accuracy(output_dir, data_dir):
+    gold = [r[1] for r in _tsv(os.path.join(data_dir, "SST-2", "dev.tsv"))[1:]]
+    predicted = [r[1] for r in _tsv(os.path.join(output_dir, "dev_predictions.tsv"))[1:]]
+    assert len(predicted) == len(gold) == DEV_SENTENCES and gold.count("1") == DEV_SENTENCES // 2
+    return sum(p == g for p, g in zip(predicted, gold)) / len(gold)
+
+
+@pytest.mark.slow
+def test_tiny_bert_from_random_init_learns_word_order(word_order_task, tmp_path):
+    out = tmp_path / "run"
+    argv = _flags(
+        word_order_task,
+        out,
+        "--do_train",
+        "--do_eval",
+        task_name="SST-2",
+        data_dir=word_order_task["data_dir"],
+        max_seq_length=32,
+        train_batch_size=32,
+        num_train_epochs=5,
+        save_checkpoints_steps=1000,
+        log_every_n_steps=25,
+        predict_batch_size=64,
+        use_xla="true",
+    )
+    _ok(run_classifier.main, argv)
+    accuracy = _json(out / "eval_results.json")["accuracy"]
+    assert accuracy == _dev_accuracy(out, word_order_task["data_dir"])
+    # Measured 0.99 on the 200 unseen sentences (1.0 with seeds 1 and 2) after 250 updates of 32
+    # (about 20 s of training on 2 cores); chance is 0.5.
+    assert accuracy >= 0.9
+    log = _log(out)
+    assert log[-1]["step"] == 250 and log[-1]["loss"] < 0.5 * log[0]["loss"]
+
+
+@pytest.mark.slow
+def test_minilm_fine_tunes_to_word_order_in_a_few_updates(word_order_task, minilm_dir, tmp_path, capsys):
+    out = tmp_path / "run"
+    argv = [
+        "--task_name=SST-2",
+        f"--data_dir={word_order_task['data_dir']}",
+        f"--init_checkpoint={minilm_dir}",  # its config.json and vocab.txt are found beside it
+        f"--output_dir={out}",
+        "--do_train",
+        "--do_eval",
+        "--max_seq_length=32",
+        "--train_batch_size=16",
+        "--num_train_epochs=0.125",
+        "--learning_rate=1e-4",
+        "--log_every_n_steps=4",
+        "--save_checkpoints_steps=1000",
+        "--predict_batch_size=64",
+        "--use_xla=false",  # compiling the 6 layers would take longer than the 12 updates
+    ]
+    _ok(run_classifier.main, argv)
+    assert f"Initialised the encoder from {minilm_dir}; the head starts fresh." in capsys.readouterr().out
+    resolved = _json(out / "resolved_config.json")
+    assert resolved["num_train_steps"] == int(2 * TRAIN_SENTENCES / 16 * 0.125) == 12
+    accuracy = _json(out / "eval_results.json")["accuracy"]
+    assert accuracy == _dev_accuracy(out, word_order_task["data_dir"])
+    # Measured 1.0 after 12 updates of 16 sentences; chance is 0.5.
+    assert accuracy >= 0.9
+    _, weights = _checkpoint(out)
+    assert weights["output_weights"].shape == (2, 384)
+
+
+@pytest.mark.slow
+def test_two_horovod_workers_equal_one_worker_with_the_doubled_batch(model_files, tmp_path):
+    pytest.importorskip("horovod.tensorflow")
+    horovodrun = os.path.join(BIN, "horovodrun")
+    if not os.path.exists(horovodrun):
+        pytest.skip("horovodrun is missing: scripts/setup.sh builds Horovod")
+    # Dropout off: the two runs must not depend on per-process random streams.
+    files = write_model_files(
+        str(tmp_path / "model"), _fixture_texts(), hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0
+    )
+    common = dict(task_name="MRPC", data_dir=GLUE, num_train_epochs=3, save_checkpoints_steps=2)
+    # On CPU, GPU machines included: the tolerance below is for float32 CPU kernels.
+    env = worker_env(CUDA_VISIBLE_DEVICES="")
+    entry = [sys.executable, os.path.join(ROOT, "run_classifier.py")]
+    two = tmp_path / "two"
+    launcher = [horovodrun, "-np", "2", "-H", "localhost:2", "--gloo"]
+    # Rank 0 also scores dev after updates 1 and 2 while rank 1 waits at the next allreduce.
+    cmd = [*launcher, *entry, *_flags(files, two, "--do_train", "--do_eval", eval_every_n_steps=1, **common)]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.stdout.count("Resolved fine-tuning settings:") == 1  # rank 0 alone reports
+
+    resolved = _json(two / "resolved_config.json")
+    assert (resolved["workers"], resolved["train_batch_size"], resolved["global_batch_size"]) == (2, 1, 2)
+    assert resolved["effective_learning_rate"] == pytest.approx(2e-3)  # per worker x workers
+    assert resolved["num_train_steps"] == int(2 / 2 * 3) == 3
+    # Rank 0 wrote each checkpoint once; each worker its own input position.
+    names = os.listdir(two)
+    assert sorted(n for n in names if n.startswith("ckpt-")) == [
+        "ckpt-2.data-00000-of-00001",
+        "ckpt-2.index",
+        "ckpt-3.data-00000-of-00001",
+        "ckpt-3.index",
+    ]
+    assert not [n for n in names if TEMP_MARK in n]
+    assert sorted(os.listdir(two / "worker_state")) == [
+        f"ckpt-{s}-rank-{r}-of-2" for s in (2, 3) for r in (0, 1)
+    ]
+    two_log = [e for e in _log(two) if "eval" not in e]
+    assert [e["step"] for e in two_log] == [1, 2, 3]
+    evals = [e for e in _log(two) if "eval" in e]
+    assert [e["step"] for e in evals] == [1, 2]  # the last update's evaluation is eval_results.json
+    assert all(set(e["eval"]) == {"split", "accuracy", "f1", "examples"} for e in evals)
+    assert _json(two / "eval_results.json")["global_step"] == 3
+
+    # One worker, batch 2, the same peak rate: the same updates.
+    one = tmp_path / "one"
+    cmd = [*entry, *_flags(files, one, "--do_train", train_batch_size=2, learning_rate=2e-3, **common)]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    _, got = _checkpoint(two)
+    _, want = _checkpoint(one)
+    weights = [n for n in want if n.startswith(("bert/", "output_"))]  # and their Adam slots
+    assert len(weights) > 20 and not [n for n in weights if n not in got]
+    assert max(float(np.abs(got[n] - want[n]).max()) for n in weights) <= 1e-5
+    assert [e["loss"] for e in two_log] == pytest.approx([e["loss"] for e in _log(one)], abs=1e-6)
+
+
+STEPS, SAVE_EVERY, KILL_AFTER = 10, 4, 5  # checkpoints at 4, 8, 10; killed after step 5 is logged
+
+
+@pytest.mark.slow
+def test_kill_9_then_the_same_command_ends_bit_identical(word_order_task, tmp_path):
+    def command(output_dir):
+        # 2 micro-batches of 64 (dropout on, XLA): an update long enough for the kill to land
+        # between checkpoints 4 and 8; 1600 rows / 128 x 0.8 epochs = 10 updates.
+        flags = _flags(
+            word_order_task,
+            output_dir,
+            "--do_train",
+            task_name="SST-2",
+            data_dir=word_order_task["data_dir"],
+            max_seq_length=32,
+            train_batch_size=64,
+            num_accumulation_steps=2,
+            num_train_epochs=0.8,
+            save_checkpoints_steps=SAVE_EVERY,
+            keep_checkpoints=2,
+            use_xla="true",
+            deterministic="true",
+            seed=7,
+        )
+        return [sys.executable, os.path.join(ROOT, "run_classifier.py"), *flags]
+
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    uninterrupted = subprocess.Popen(
+        command(straight), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    kill_after_step(command(killed), killed, env, KILL_AFTER)
+    latest = tf.train.latest_checkpoint(str(killed))
+    assert latest is not None and latest.endswith(f"ckpt-{SAVE_EVERY}"), (
+        f"the kill did not land between checkpoints {SAVE_EVERY} and {2 * SAVE_EVERY} (latest {latest})"
+    )
+
+    resumed = subprocess.run(command(killed), env=env, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"Resuming from {latest} (step {SAVE_EVERY} of {STEPS})." in resumed.stdout
+    assert uninterrupted.wait(timeout=300) == 0, uninterrupted.stderr.read()[-3000:]
+    assert _json(killed / "resolved_config.json")["num_train_steps"] == STEPS
+
+    _, want = _checkpoint(straight)
+    _, got = _checkpoint(killed)
+    assert int(got["global_step"]) == STEPS and set(got) == set(want)
+    assert "output_weights/adam_m" in got and "training_state/optimizer/iterations" in got
+    diffs = {
+        n: float(np.max(np.abs(got[n].astype(np.float64) - want[n].astype(np.float64)), initial=0.0))
+        for n in want
+    }
+    assert max(diffs.values()) == 0.0, sorted(diffs.items(), key=lambda kv: -kv[1])[:5]
+    straight_log, killed_log = _log(straight), _log(killed)
+    assert [e["step"] for e in killed_log] == list(range(1, STEPS + 1))
+    assert [e["loss"] for e in killed_log] == [e["loss"] for e in straight_log]
+    # The input position and dropout seeds went along with each kept checkpoint (keep 2).
+    assert sorted(os.listdir(killed / "worker_state")) == [f"ckpt-{STEPS}-rank-0-of-1", "ckpt-8-rank-0-of-1"]
+
+
+@pytest.mark.parametrize("task, classes", [("MNLI", 3), ("STS-B", 1)])
+def test_fine_tuned_head_with_another_class_count_is_a_shape_error(mrpc_run, tmp_path, capsys, task, classes):
+    status, err = _error(
+        run_classifier.main,
+        [
+            f"--task_name={task}",
+            f"--data_dir={GLUE}",
+            f"--init_checkpoint={mrpc_run['output']}",  # MRPC's: a head of 2 classes
+            f"--output_dir={tmp_path / 'run'}",
+            f"--max_seq_length={SEQ}",
+            "--train_batch_size=1",
+            "--use_xla=false",
+            "--do_train",
+        ],
+        capsys,
+    )
+    assert status == 2 and len(err.splitlines()) == 1
+    assert "shape mismatch" in err and str(mrpc_run["output"]) in err
+    assert f"output_weights (2, {D}) vs model ({classes}, {D})" in err
+    assert f"output_bias (2,) vs model ({classes},)" in err
+    assert tf.train.latest_checkpoint(str(tmp_path / "run")) is None
