@@ -4,7 +4,6 @@ parsed values into training.finetuning_job.FineTuningSettings with `settings_fro
 
 from __future__ import annotations
 
-import dataclasses
 import os
 
 from common import cli
@@ -22,98 +21,70 @@ def define_flags(
 ) -> None:
     """The shared flags, with the task's own defaults for the few that differ (SQuAD: 384, 5e-5,
     batch 32, 2 epochs; GLUE: 128, 2e-5, 32, 3)."""
-    from absl import flags
-
+    from optimization import OPTIMIZERS
     from training.finetuning_job import FineTuningSettings
-    from training.precision import PRECISIONS
-    from training.pretraining_job import OPTIMIZER_TYPES
 
-    d = {
-        f.name: f.default
-        for f in FineTuningSettings.__dataclass_fields__.values()
-        if f.default is not dataclasses.MISSING
-    }
-    d.update(
-        max_seq_length=max_seq_length,
-        learning_rate=learning_rate,
-        train_batch_size=train_batch_size,
-        num_train_epochs=epochs,
+    flag = cli.Flags(
+        fv,
+        settings=FineTuningSettings,
+        defaults={
+            "max_seq_length": max_seq_length,
+            "learning_rate": learning_rate,
+            "train_batch_size": train_batch_size,
+            "num_train_epochs": epochs,
+        },
     )
-
-    def string(name, help_text):
-        flags.DEFINE_string(name, d.get(name), help_text, flag_values=fv)
-
-    def integer(name, help_text):
-        flags.DEFINE_integer(name, d[name], help_text, flag_values=fv)
-
-    def number(name, help_text):
-        flags.DEFINE_float(name, d[name], help_text, flag_values=fv)
-
-    def boolean(name, help_text):
-        flags.DEFINE_bool(name, d[name], help_text, flag_values=fv)
-
-    string(
+    flag(
         "init_checkpoint",
         "Starting weights: a pretraining output directory or checkpoint (ours, Google TF1, NVIDIA) "
         "or a Hugging Face directory; a fine-tuned one's head is loaded too.",
+        str,
     )
-    string("bert_config_file", "bert_config.json (default: the one beside --init_checkpoint).")
-    string("vocab_file", "vocab.txt (default: the one beside --init_checkpoint).")
-    boolean("do_lower_case", "Lower-case and strip accents (uncased models).")
-    string("output_dir", output_dir_help)
-    integer("max_seq_length", "Tokens per input sequence.")
-    integer("train_batch_size", "Examples per worker per micro-batch.")
-    integer("predict_batch_size", "Examples per prediction batch.")
-    number("learning_rate", "Peak learning rate PER WORKER; the effective peak is this times the workers.")
-    number("num_train_epochs", "Epochs over the training features.")
-    number("warmup_proportion", "Share of the updates spent in linear warmup (then linear decay to 0).")
-    integer("num_accumulation_steps", "Micro-batches per update (gradient accumulation).")
-    flags.DEFINE_enum(
-        "optimizer_type",
-        d["optimizer_type"],
-        list(OPTIMIZER_TYPES),
-        "Optimizer (Google's default).",
-        flag_values=fv,
-    )
-    flags.DEFINE_enum(
-        "precision",
-        None,
-        list(PRECISIONS),
-        f"fp32, tf32, fp16 or bf16; default {d['precision']}.",
-        flag_values=fv,
-    )
-    flags.DEFINE_bool("amp", False, "NVIDIA's name for --precision=fp16.", flag_values=fv)
-    boolean("use_xla", "Compile the train and prediction steps with XLA.")
-    flags.DEFINE_bool(
+    flag("bert_config_file", "bert_config.json (default: the one beside --init_checkpoint).", str)
+    flag("vocab_file", "vocab.txt (default: the one beside --init_checkpoint).", str)
+    flag("do_lower_case", "Lower-case and strip accents (uncased models).")
+    flag("output_dir", output_dir_help, str)
+    flag("max_seq_length", "Tokens per input sequence.")
+    flag("train_batch_size", "Examples per worker per micro-batch.")
+    flag("predict_batch_size", "Examples per prediction batch.")
+    flag("learning_rate", "Peak learning rate PER WORKER; the effective peak is this times the workers.")
+    flag("num_train_epochs", "Epochs over the training features.")
+    flag("warmup_proportion", "Share of the updates spent in linear warmup (then linear decay to 0).")
+    flag("num_accumulation_steps", "Micro-batches per update (gradient accumulation).")
+    flag("optimizer_type", "Optimizer (Google's default).", OPTIMIZERS)
+    flag("precision", f"fp32, tf32, fp16 or bf16; default {FineTuningSettings.precision}.", default=None)
+    flag("amp", "NVIDIA's name for --precision=fp16.", bool, default=False)
+    flag("use_xla", "Compile the train and prediction steps with XLA.")
+    flag(
         "use_horovod",
-        None,
         "Sum gradients across Horovod workers; default: on under horovodrun/mpirun with more than one rank.",
-        flag_values=fv,
+        default=None,
     )
-    flags.DEFINE_alias("horovod", "use_horovod", flag_values=fv)
-    boolean("do_train", "Fine-tune.")
-    boolean("do_eval", "Predict the labelled evaluation data and report the official metrics.")
-    boolean("do_predict", "Predict the test data and write the prediction / submission files.")
-    integer("save_checkpoints_steps", "Write a checkpoint every this many updates (and at the end).")
-    integer("keep_checkpoints", "How many of the newest checkpoints to keep.")
-    integer(
+    flag.alias("horovod", "use_horovod")
+    flag("do_train", "Fine-tune.")
+    flag("do_eval", "Predict the labelled evaluation data and report the official metrics.")
+    flag("do_predict", "Predict the test data and write the prediction / submission files.")
+    flag("save_checkpoints_steps", "Write a checkpoint every this many updates (and at the end).")
+    flag("keep_checkpoints", "How many of the newest checkpoints to keep.")
+    flag(
         "log_every_n_steps",
         "Log and print every this many updates; the host reads the device only at these steps "
         "and at checkpoints, so updates queue without a wait in between.",
     )
-    integer(
+    flag(
         "eval_every_n_steps",
         "With --do_train --do_eval: also score the dev set every this many updates (log.jsonl, "
         "TensorBoard); 0: only after training.",
     )
-    integer("seed", "Seed of the head's initialisation, dropout and input shuffling.")
-    boolean("deterministic", "TF op determinism (exact resume); turn off for speed on GPUs.")
-    string(
+    flag("seed", "Seed of the head's initialisation, dropout and input shuffling.", int)
+    flag("deterministic", "TF op determinism (exact resume); turn off for speed on GPUs.")
+    flag(
         "export_dir",
         "Write a SavedModel here (serving_default: input_ids, input_mask, segment_ids -> logits) "
         "after training, or from --output_dir's latest checkpoint without --do_train.",
+        str,
     )
-    string("triton_repository", "Also write a Triton model repository here (needs --export_dir).")
+    flag("triton_repository", "Also write a Triton model repository here (needs --export_dir).", str)
 
 
 SQUAD_FLAGS = (
@@ -130,27 +101,20 @@ GLUE_FLAGS = ("task_name", "data_dir")
 
 
 def define_squad_flags(fv) -> None:
-    """run_squad.py's task flags (Google's names and defaults)."""
-    from absl import flags
-
-    flags.DEFINE_string("train_file", None, "SQuAD JSON for training (train-v1.1.json).", flag_values=fv)
-    flags.DEFINE_string("predict_file", None, "SQuAD JSON to predict (dev-v1.1.json).", flag_values=fv)
-    flags.DEFINE_bool(
-        "version_2_with_negative", False, "SQuAD 2.0: questions may have no answer.", flag_values=fv
-    )
-    flags.DEFINE_integer(
-        "doc_stride", 128, "Tokens between the starts of a context's windows.", flag_values=fv
-    )
-    flags.DEFINE_integer("max_query_length", 64, "Question tokens kept.", flag_values=fv)
-    flags.DEFINE_integer(
-        "n_best_size", 20, "Candidate answers kept per question (nbest_predictions.json).", flag_values=fv
-    )
-    flags.DEFINE_integer("max_answer_length", 30, "Longest answer, in tokens.", flag_values=fv)
-    flags.DEFINE_float(
+    """run_squad.py's task flags (Google's names and defaults); SquadTask.validate checks them."""
+    flag = cli.Flags(fv)
+    flag("train_file", "SQuAD JSON for training (train-v1.1.json).", str)
+    flag("predict_file", "SQuAD JSON to predict (dev-v1.1.json).", str)
+    flag("version_2_with_negative", "SQuAD 2.0: questions may have no answer.", bool, default=False)
+    flag("doc_stride", "Tokens between the starts of a context's windows.", int, default=128)
+    flag("max_query_length", "Question tokens kept.", int, default=64)
+    flag("n_best_size", "Candidate answers kept per question (nbest_predictions.json).", int, default=20)
+    flag("max_answer_length", "Longest answer, in tokens.", int, default=30)
+    flag(
         "null_score_diff_threshold",
-        0.0,
         "SQuAD 2.0: predict no answer when null score - best span score exceeds this.",
-        flag_values=fv,
+        float,
+        default=0.0,
     )
 
 
@@ -165,12 +129,9 @@ def define_glue_flags(
     fv, task_help: str = "GLUE task: CoLA, SST-2, MRPC, STS-B, QQP, MNLI, QNLI, RTE, WNLI."
 ) -> None:
     """run_classifier.py's task flags."""
-    from absl import flags
-
-    flags.DEFINE_string("task_name", None, task_help, flag_values=fv)
-    flags.DEFINE_string(
-        "data_dir", None, "The GLUE root (holding MRPC/ ...) or the task's own directory.", flag_values=fv
-    )
+    flag = cli.Flags(fv)
+    flag("task_name", task_help, str)
+    flag("data_dir", "The GLUE root (holding MRPC/ ...) or the task's own directory.", str)
 
 
 def glue_task(F):

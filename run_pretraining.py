@@ -28,98 +28,77 @@ PROG = "run_pretraining"
 
 
 def define_flags(fv) -> None:
-    from absl import flags
+    from optimization import OPTIMIZERS
+    from training.pretraining_job import PretrainingSettings
 
-    from training.precision import PRECISIONS
-    from training.pretraining_job import OPTIMIZER_TYPES, PretrainingSettings
-
-    d = {f.name: f.default for f in PretrainingSettings.__dataclass_fields__.values()}
-
-    def string(name, help_text, default=None):
-        flags.DEFINE_string(name, default, help_text, flag_values=fv)
-
-    def integer(name, help_text):
-        flags.DEFINE_integer(name, d[name], help_text, flag_values=fv)
-
-    def boolean(name, help_text, default=None):
-        flags.DEFINE_bool(name, d[name] if default is None else default, help_text, flag_values=fv)
-
-    string("bert_config_file", "bert_config.json (or a Hugging Face config.json) of the model.")
-    string("vocab_file", "vocab.txt; its size is checked against the config's vocab_size.")
-    string("input_files", "Training TFRecords: comma-separated files or globs.")
-    string("eval_files", "Evaluation TFRecords: comma-separated files or globs.")
-    string("input_files_dir", "NVIDIA's name: a directory whose files are the training TFRecords.")
-    string("eval_files_dir", "NVIDIA's name: a directory whose files are the evaluation TFRecords.")
-    string(
+    flag = cli.Flags(fv, settings=PretrainingSettings)
+    flag("bert_config_file", "bert_config.json (or a Hugging Face config.json) of the model.", str)
+    flag("vocab_file", "vocab.txt; its size is checked against the config's vocab_size.", str)
+    flag("input_files", "Training TFRecords: comma-separated files or globs.", str)
+    flag("eval_files", "Evaluation TFRecords: comma-separated files or globs.", str)
+    flag("input_files_dir", "NVIDIA's name: a directory whose files are the training TFRecords.", str)
+    flag("eval_files_dir", "NVIDIA's name: a directory whose files are the evaluation TFRecords.", str)
+    flag(
         "output_dir",
         "Checkpoints, log.jsonl, TensorBoard events, resolved_config.json, "
         "eval_results.json. A run continues from the latest checkpoint here.",
+        str,
     )
-    string(
+    flag(
         "init_checkpoint",
         "Starting weights for a new run (Google TF1, this trainer's output "
         "directory or checkpoint, or Hugging Face), MLM and NSP heads included; "
         "ignored when output_dir already holds a checkpoint.",
+        str,
     )
-    integer("max_seq_length", "Tokens per sequence; must match the TFRecords.")
-    integer("max_predictions_per_seq", "Masked positions per sequence; must match the TFRecords.")
-    integer("train_batch_size", "Sequences per worker per micro-batch.")
-    integer("eval_batch_size", "Sequences per evaluation batch.")
-    flags.DEFINE_float(
+    flag("max_seq_length", "Tokens per sequence; must match the TFRecords.")
+    flag("max_predictions_per_seq", "Masked positions per sequence; must match the TFRecords.")
+    flag("train_batch_size", "Sequences per worker per micro-batch.")
+    flag("eval_batch_size", "Sequences per evaluation batch.")
+    flag(
         "learning_rate",
-        d["learning_rate"],
         "Peak learning rate PER WORKER; the effective peak is this times the number of workers.",
-        flag_values=fv,
     )
-    integer("num_train_steps", "Applied updates to train for (skipped fp16 updates do not count).")
-    integer(
+    flag("num_train_steps", "Applied updates to train for (skipped fp16 updates do not count).")
+    flag(
         "num_warmup_steps",
         "Updates of linear warmup; then polynomial decay to 0 "
         "(power 0.5 for LAMB, 1 for Adam), counted from update 0.",
     )
-    integer("num_accumulation_steps", "Micro-batches per update (gradient accumulation).")
-    integer("save_checkpoints_steps", "Write a checkpoint every this many updates (and at the end).")
-    integer("keep_checkpoints", "How many of the newest checkpoints to keep.")
-    flags.DEFINE_enum(
-        "optimizer_type",
-        d["optimizer_type"],
-        list(OPTIMIZER_TYPES),
-        "LAMB (pretraining), AdamW, or Google's AdamWeightDecay.",
-        flag_values=fv,
-    )
-    flags.DEFINE_enum(
+    flag("num_accumulation_steps", "Micro-batches per update (gradient accumulation).")
+    flag("save_checkpoints_steps", "Write a checkpoint every this many updates (and at the end).")
+    flag("keep_checkpoints", "How many of the newest checkpoints to keep.")
+    flag("optimizer_type", "LAMB (pretraining), AdamW, or Google's AdamWeightDecay.", OPTIMIZERS)
+    flag(
         "precision",
-        None,
-        list(PRECISIONS),
         f"fp32 (TF32 off), tf32, fp16 (loss scaling, fp16 allreduce) or bf16; default "
-        f"{d['precision']}, or fp16 with --amp.",
-        flag_values=fv,
+        f"{PretrainingSettings.precision}, or fp16 with --amp.",
+        default=None,
     )
-    flags.DEFINE_bool("amp", False, "NVIDIA's name for --precision=fp16.", flag_values=fv)
-    boolean("use_xla", "Compile the train step with XLA.")
-    flags.DEFINE_bool(
+    flag("amp", "NVIDIA's name for --precision=fp16.", bool, default=False)
+    flag("use_xla", "Compile the train step with XLA.")
+    flag(
         "use_horovod",
-        None,
         "Average across Horovod workers; default: on when started "
         "by horovodrun/mpirun/srun with more than one rank.",
-        flag_values=fv,
+        default=None,
     )
-    flags.DEFINE_alias("horovod", "use_horovod", flag_values=fv)
-    boolean("do_train", "Train.")
-    boolean("do_eval", "Evaluate on --eval_files at the end (rank 0): eval_results.json.")
-    flags.DEFINE_integer("max_eval_steps", d["max_eval_steps"], "Evaluation batches at most.", flag_values=fv)
-    integer("seed", "Seed of initialisation, dropout and input shuffling.")
-    integer(
+    flag.alias("horovod", "use_horovod")
+    flag("do_train", "Train.")
+    flag("do_eval", "Evaluate on --eval_files at the end (rank 0): eval_results.json.")
+    flag("max_eval_steps", "Evaluation batches at most.")
+    flag("seed", "Seed of initialisation, dropout and input shuffling.", int)
+    flag(
         "log_every_n_steps",
         "Log and print every this many updates; the host reads the device only at these steps "
         "and at checkpoints, so updates queue without a wait in between.",
     )
-    boolean(
+    flag(
         "deterministic",
         "TF op determinism: an interrupted and resumed run ends bit-identical "
         "to an uninterrupted one (turn off for speed on GPUs).",
     )
-    integer("shuffle_buffer", "Examples in each worker's shuffle buffer.")
+    flag("shuffle_buffer", "Examples in each worker's shuffle buffer.")
 
 
 def _files(flag_values, name: str) -> str | None:

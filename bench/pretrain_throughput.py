@@ -9,9 +9,9 @@
 
 What one measured update is, per stack:
 
-- ours: what run_pretraining.py runs, built by the same library calls training/pretraining_job.py
-  makes (configure_precision, BertPretrainer, WarmupPolynomialDecay + create_optimizer("lamb"),
-  PretrainingStep with the job's seed, determinism and input settings): the `accumulation`
+- ours: what run_pretraining.py runs, built by the calls training/pretraining_job.py makes
+  (training/job.py: the precision's BertPretrainer, WarmupPolynomialDecay + create_optimizer("lamb"),
+  the TrainStep with the job's seed, determinism and input settings): the `accumulation`
   micro-batches in one compiled loop and the LAMB update (one XLA program per update on one
   worker; under --horovod_workers the loop, the Horovod sum, then the update), and the host-side
   metric read-back, after every update (--read_every 1) or, as the job's loop does at its log
@@ -48,6 +48,8 @@ Levers on/off: --baseline REV[,REV...] adds, beside each of our rows, our update
 was at each git revision (a temporary `git worktree` of it; its child imports bert/, training/
 and optimization/ from there, measured by this file): a revision before a speed change against
 the working tree shows what that change pays, paired and interleaved like the keras-hub rows.
+The child builds the update through the revision's training/job.py, so a revision must have one
+(those before it wired the update by hand).
 
 Settings applied to both stacks alike: TF gets one intra-op thread per usable core (per worker
 under Horovod) and one inter-op thread (bench/model_throughput.py says why); the precision is
@@ -182,43 +184,44 @@ def input_batches(spec: dict, vocab_size: int, rank: int, size: int, settings=No
             vocab_size, spec["batch"], spec["seq_length"], spec["predictions"], spec["seed"] + 1000 * rank
         )
         return itertools.cycle(batches)
-    from training.input_pipeline import naming_corrupt_files, pretraining_dataset, worker_files
+    from training.input_pipeline import naming_corrupt_files, worker_dataset, worker_files
     from training.pretraining_job import PretrainingSettings
 
     defaults = settings or PretrainingSettings(bert_config_file="", output_dir="")
     files = expand_globs(spec["tfrecords"], "training files", source="--tfrecords")
-    dataset = pretraining_dataset(
-        files,
+    mine = worker_files(files, size, rank, patterns=spec["tfrecords"])
+    dataset = worker_dataset(
+        mine,
         spec["batch"],
         spec["seq_length"],
         spec["predictions"],
         is_training=True,
-        num_workers=size,
-        worker_index=rank,
         seed=defaults.seed,
         shuffle_buffer=defaults.shuffle_buffer,
         deterministic=True if spec["deterministic"] else None,
     )
-    return naming_corrupt_files(iter(dataset), worker_files(files, size, rank))
+    return naming_corrupt_files(iter(dataset), mine)
 
 
 def build_ours(spec: dict):
-    """The job's model, optimizer and step (training/pretraining_job.py, steps 1 and 3).
+    """The job's model, optimizer and step, built by training/job.py as training/pretraining_job.py
+    builds them.
 
     Returns (update, finish, sequences per update on this worker, Distributed): with
     spec["read_every"] N > 1, update queues (TrainStep.dispatch) and reads every N updates
     (TrainStep.read), as the job's loop does at its log steps; finish reads what is still queued."""
     import dataclasses
 
-    import keras
-
     from bert.config import read_config_file
     from bert.pretraining import BertPretrainer
-    from optimization import WarmupPolynomialDecay, create_optimizer, scaled_learning_rate
     from training.distributed import Distributed
-    from training.precision import configure_precision
-    from training.pretraining_job import DECAY_POWER, PretrainingSettings
-    from training.train_step import PretrainingStep
+    from training.pretraining_job import PretrainingSettings, update_of
+    from training.pretraining_objective import PretrainingObjective
+
+    try:
+        from training import job
+    except ImportError:
+        raise RuntimeError("this revision has no training/job.py to build the job's update with.") from None
 
     s = PretrainingSettings(bert_config_file=spec["config_path"], output_dir="")
     s = dataclasses.replace(
@@ -236,15 +239,16 @@ def build_ours(spec: dict):
     dist = Distributed(use_horovod=s.use_horovod)
     config = read_config_file(s.bert_config_file)
     batches = input_batches(spec, config.vocab_size, dist.rank, dist.size, settings=s)
-    keras.utils.set_random_seed(s.seed + dist.rank)
-    model = BertPretrainer(config, dtype=configure_precision(s.precision))
-    peak = scaled_learning_rate(s.learning_rate, dist.size)
-    learning_rate = WarmupPolynomialDecay(
-        peak, s.num_warmup_steps, s.num_train_steps, DECAY_POWER[s.optimizer_type]
+    model = job.build_model(
+        lambda dtype: BertPretrainer(config, dtype=dtype), seed=s.seed, precision=s.precision, rank=dist.rank
     )
-    optimizer = create_optimizer(s.optimizer_type, learning_rate)
-    step = PretrainingStep(
-        model, optimizer, accumulation_steps=s.num_accumulation_steps, distributed=dist, jit_compile=s.use_xla
+    step = update_of(s, dist.size).build(
+        model,
+        PretrainingObjective(),
+        warmup_steps=s.num_warmup_steps,
+        train_steps=s.num_train_steps,
+        distributed=dist,
+        jit_compile=s.use_xla,
     )
 
     every = spec.get("read_every", 1)

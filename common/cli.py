@@ -8,14 +8,35 @@ A fresh FlagValues per call (not absl's global FLAGS) lets tests call `main` in-
 number of times, and lets several entry points that define the same flag names (--vocab_file,
 --max_seq_length) be imported into one process. Flag errors print usage hints and exit 2; a
 UserError (a problem the user can fix) prints its one sentence and exits 2; Ctrl-C exits 130.
+
+Defining flags: `Flags(fv, settings=SettingsDataclass)` is the one helper the entry points use.
+
+    flag = cli.Flags(fv, settings=PretrainingSettings, defaults={"learning_rate": 2e-5})
+    flag("max_seq_length", "Tokens per sequence.")           # kind and default from the dataclass
+    flag("learning_rate", "Peak learning rate PER WORKER.")   # kind "rate": refused unless in (0, 1]
+    flag("amp", "NVIDIA's name for --precision=fp16.", bool, default=False)
+    flag("optimizer_type", "Which optimizer.", OPTIMIZERS)   # a collection of names: an enum
+    flag("search_space", "YAML/JSON file of the space.", str)
+    flag.alias("horovod", "use_horovod")
+
+`kind` is a name from common/kinds.py ("count", "steps", "rate", "epochs", "proportion", "bool",
+"precision"), a Python type (str, int, float, bool) or a collection of choices; left out, it is
+the settings field's metadata["kind"] (see `setting`). A flag of a kinds.py kind gets a validator
+from that table, so a bad value stops at parse time (exit 2) with `refusal`'s sentence, e.g.
+"--learning_rate must be a number in (0, 1] (got 2.0)": the sentence the jobs' settings checks
+give library callers for the same value. `default` left out: `defaults`, else the settings
+field's default, else None.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import re
 import sys
 
 from common.errors import UserError
+from common.kinds import KINDS
 
 HELP_FLAGS = ("-h", "--help", "-help", "--helpshort", "--helpfull")
 
@@ -46,7 +67,9 @@ def main(define_flags, run, argv=None, doc: str | None = None, prog: str | None 
     try:
         flag_values = parse(define_flags, argv)
     except flags.Error as e:
-        print(f"{prog}: error: {e} (see --help)", file=sys.stderr)
+        # absl prefixes a validator's sentence with "flag --name=value: "; ours names both already.
+        message = re.sub(r"^flag --(\w+)=.*?: (?=--\1 )", "", str(e), flags=re.S)
+        print(f"{prog}: error: {message} (see --help)", file=sys.stderr)
         return 2
     try:
         return int(run(flag_values) or 0)
@@ -82,3 +105,95 @@ def precision_and_horovod(flag_values, environ, launched_ranks, default_precisio
     if use_horovod is None:
         use_horovod = launched_ranks(environ) > 1
     return precision or default_precision, use_horovod
+
+
+def setting(kind: str, default):
+    """A settings dataclass field of a common/kinds.py kind: `Flags` and the jobs' checks read it."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown kind {kind!r}; common/kinds.py has {', '.join(KINDS)}.")
+    return dataclasses.field(default=default, metadata={"kind": kind})
+
+
+def refusal(name: str, kind: str, value) -> str | None:
+    """The sentence refusing `value` for --name as common/kinds.py's `kind`; None when it is
+    accepted. None (an optional setting left out) is always accepted."""
+    if value is None or KINDS[kind].accepts(value):
+        return None
+    return f"--{name} must be {KINDS[kind].rule} (got {value!r})."
+
+
+def check_settings(settings) -> None:
+    """UserError with `refusal`'s sentence for the first field of a settings dataclass whose
+    metadata["kind"] refuses its value: the check library callers get, who build the dataclass
+    without flags."""
+    for field in dataclasses.fields(settings):
+        kind = field.metadata.get("kind")
+        message = kind and refusal(field.name, kind, getattr(settings, field.name))
+        if message:
+            raise UserError(message)
+
+
+_DEFINE_BY_TYPE = {str: "DEFINE_string", int: "DEFINE_integer", float: "DEFINE_float", bool: "DEFINE_bool"}
+_TYPE_OF_KIND = {
+    "count": int,
+    "steps": int,
+    "rate": float,
+    "epochs": float,
+    "proportion": float,
+    "bool": bool,
+    "precision": str,
+}
+
+
+class Flags:
+    """Defines flags on `fv` (see the module docstring): `flag(name, help_text, kind=None,
+    default=...)`, `flag.alias(alias, name)`."""
+
+    _UNSET = object()
+
+    def __init__(self, fv, settings=None, defaults: dict | None = None):
+        self.fv = fv
+        self.fields = {f.name: f for f in dataclasses.fields(settings)} if settings else {}
+        self.defaults = dict(defaults or {})
+
+    def _default(self, name):
+        if name in self.defaults:
+            return self.defaults[name]
+        field = self.fields.get(name)
+        if field is None or field.default is dataclasses.MISSING:
+            return None
+        return field.default
+
+    def __call__(self, name: str, help_text: str, kind=None, default=_UNSET) -> None:
+        from absl import flags
+
+        if kind is None:
+            kind = self.fields[name].metadata.get("kind") if name in self.fields else None
+            if kind is None:
+                raise ValueError(f"--{name}: pass its kind; the settings give it none.")
+        default = self._default(name) if default is self._UNSET else default
+        if isinstance(kind, str):
+            getattr(flags, _DEFINE_BY_TYPE[_TYPE_OF_KIND[kind]])(
+                name, default, help_text, flag_values=self.fv
+            )
+            self._validate(name, kind)
+        elif isinstance(kind, type):
+            getattr(flags, _DEFINE_BY_TYPE[kind])(name, default, help_text, flag_values=self.fv)
+        else:
+            flags.DEFINE_enum(name, default, list(kind), help_text, flag_values=self.fv)
+
+    def _validate(self, name: str, kind: str) -> None:
+        from absl import flags
+
+        def check(value) -> bool:
+            message = refusal(name, kind, value)
+            if message:
+                raise flags.ValidationError(message)
+            return True
+
+        flags.register_validator(name, check, flag_values=self.fv)
+
+    def alias(self, alias: str, name: str) -> None:
+        from absl import flags
+
+        flags.DEFINE_alias(alias, name, flag_values=self.fv)

@@ -194,3 +194,38 @@ def test_init_checkpoint_never_overrides_a_checkpoint_in_output_dir(data, tmp_pa
     assert resolved["resume_from"].endswith("ckpt-2") and resolved["init_checkpoint_ignored"]
     assert int(_arrays(str(out / "ckpt-3"))["training_state/optimizer/iterations"]) == 3
     assert [json.loads(line)["step"] for line in open(out / "log.jsonl")] == [1, 2, 3]
+
+
+@pytest.mark.parametrize(
+    "flag, value, sentence",
+    [
+        ("learning_rate", "2.0", "--learning_rate must be a number in (0, 1] (got 2.0)."),
+        ("train_batch_size", "0", "--train_batch_size must be a positive integer (got 0)."),
+        ("num_warmup_steps", "-1", "--num_warmup_steps must be an integer >= 0 (got -1)."),
+        ("precision", "fp8", "--precision must be one of fp16, fp32, tf32, bf16 (got 'fp8')."),
+    ],
+)
+def test_a_value_outside_its_kind_is_refused_by_the_flag_and_by_the_settings_alike(
+    data, tmp_path, capsys, flag, value, sentence
+):
+    """common/kinds.py's rule, one sentence, at parse time (exit 2) and for library callers."""
+    import dataclasses
+
+    from common.errors import UserError
+    from training.pretraining_job import PretrainingSettings, validate
+
+    assert _run(data, tmp_path / "out", **{flag: value}) == 2
+    err = capsys.readouterr().err
+    assert err == f"run_pretraining: error: {sentence} (see --help)\n"
+    assert not os.path.exists(tmp_path / "out")
+    settings = PretrainingSettings(bert_config_file="c.json", output_dir="x", input_files="*")
+    typed = {"learning_rate": 2.0, "train_batch_size": 0, "num_warmup_steps": -1, "precision": "fp8"}[flag]
+    with pytest.raises(UserError) as refused:
+        validate(dataclasses.replace(settings, **{flag: typed}))
+    assert str(refused.value) == sentence
+
+
+def test_the_largest_rate_the_table_accepts_runs(data, tmp_path):
+    # (0, 1]: 1.0 itself is a rate; the schedule then peaks at it (one worker).
+    assert _run(data, tmp_path / "out", learning_rate="1.0", num_train_steps=1, do_train=True) == 0
+    assert _json(tmp_path / "out" / "resolved_config.json")["effective_learning_rate"] == 1.0

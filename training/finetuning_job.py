@@ -6,7 +6,7 @@ the model head, the objective and the outputs are; everything else is the pretra
 machinery: the one TrainStep, the one loop, checkpoints (heads under Google's names), exact
 resume, log.jsonl, TensorBoard and the progress line. In order:
 
-1. cheap checks: values in range, the config and the vocab (beside --init_checkpoint when not
+1. cheap checks: values of their kind (common/kinds.py), the config and the vocab (beside --init_checkpoint when not
    given) fit each other, the task's files exist;
 2. features: the task's training examples become fixed-shape arrays; steps follow from them as
    in Google's and NVIDIA's scripts: int(examples / global batch x epochs), warmup a proportion;
@@ -26,52 +26,49 @@ import sys
 
 import numpy as np
 
+from common.cli import check_settings, setting
 from common.errors import UserError
 from common.files import ensure_writable_dir, write_json
-from training.pretraining_job import OPTIMIZER_TYPES
-
-RESOLVED_CONFIG_NAME = "resolved_config.json"
-# Fine-tuning decays linearly to 0 after warmup (Google's and NVIDIA's run_squad/run_classifier).
-DECAY_POWER = 1.0
+from optimization import FINE_TUNING_DECAY_POWER, OPTIMIZERS
+from training import job
 
 
 @dataclasses.dataclass(frozen=True)
 class FineTuningSettings:
-    """The flags run_squad.py and run_classifier.py share (see their --help for each)."""
+    """The flags run_squad.py and run_classifier.py share (see their --help for each); a field's
+    kind (common/kinds.py) is checked by `validate` and by the flag's validator alike."""
 
     output_dir: str
     init_checkpoint: str | None = None
     bert_config_file: str | None = None  # default: the config beside init_checkpoint
     vocab_file: str | None = None  # default: the vocab.txt beside init_checkpoint
-    do_lower_case: bool = True
-    max_seq_length: int = 128
-    train_batch_size: int = 32  # per worker, per micro-batch
-    predict_batch_size: int = 8
-    learning_rate: float = 5e-5  # per worker: the peak is this x workers
-    num_train_epochs: float = 3.0
-    warmup_proportion: float = 0.1
-    num_accumulation_steps: int = 1
+    do_lower_case: bool = setting("bool", True)
+    max_seq_length: int = setting("count", 128)
+    train_batch_size: int = setting("count", 32)  # per worker, per micro-batch
+    predict_batch_size: int = setting("count", 8)
+    learning_rate: float = setting("rate", 5e-5)  # per worker: the peak is this x workers
+    num_train_epochs: float = setting("epochs", 3.0)
+    warmup_proportion: float = setting("proportion", 0.1)
+    num_accumulation_steps: int = setting("count", 1)
     optimizer_type: str = "adam_weight_decay"
-    precision: str = "fp32"
-    use_xla: bool = True
-    use_horovod: bool = False
-    do_train: bool = False
-    do_eval: bool = False
-    do_predict: bool = False
-    save_checkpoints_steps: int = 1000
-    keep_checkpoints: int = 3
-    log_every_n_steps: int = 10
-    eval_every_n_steps: int = 0  # 0: evaluate after training only
+    precision: str = setting("precision", "fp32")
+    use_xla: bool = setting("bool", True)
+    use_horovod: bool = setting("bool", False)
+    do_train: bool = setting("bool", False)
+    do_eval: bool = setting("bool", False)
+    do_predict: bool = setting("bool", False)
+    save_checkpoints_steps: int = setting("count", 1000)
+    keep_checkpoints: int = setting("count", 3)
+    log_every_n_steps: int = setting("count", 10)
+    eval_every_n_steps: int = setting("steps", 0)  # 0: evaluate after training only
     seed: int = 12345
-    deterministic: bool = True
+    deterministic: bool = setting("bool", True)
     export_dir: str | None = None
     triton_repository: str | None = None
 
 
 def validate(s: FineTuningSettings) -> None:
     """UserError naming the first flag whose value cannot work."""
-    from training.precision import PRECISIONS
-
     if s.triton_repository and not s.export_dir:
         raise UserError("--triton_repository needs --export_dir (the SavedModel it copies).")
     if s.export_dir and os.path.isdir(s.export_dir) and os.listdir(s.export_dir):  # not after training
@@ -80,33 +77,13 @@ def validate(s: FineTuningSettings) -> None:
         raise UserError("Nothing to do: pass --do_train, --do_eval, --do_predict and/or --export_dir.")
     if not s.output_dir:
         raise UserError("--output_dir is required.")
-    for name in (
-        "max_seq_length",
-        "train_batch_size",
-        "predict_batch_size",
-        "num_accumulation_steps",
-        "save_checkpoints_steps",
-        "keep_checkpoints",
-        "log_every_n_steps",
-    ):
-        if getattr(s, name) < 1:
-            raise UserError(f"--{name} must be at least 1 (got {getattr(s, name)}).")
-    if s.eval_every_n_steps < 0:
-        raise UserError(f"--eval_every_n_steps must be 0 (off) or positive (got {s.eval_every_n_steps}).")
+    check_settings(s)
     if s.eval_every_n_steps and not (s.do_train and s.do_eval):
         raise UserError("--eval_every_n_steps evaluates during training: it needs --do_train and --do_eval.")
-    if not s.learning_rate > 0:
-        raise UserError(f"--learning_rate must be > 0 (got {s.learning_rate}).")
-    if s.do_train and not s.num_train_epochs > 0:
-        raise UserError(f"--num_train_epochs must be > 0 (got {s.num_train_epochs}).")
-    if not 0 <= s.warmup_proportion <= 1:
-        raise UserError(f"--warmup_proportion must lie in [0, 1] (got {s.warmup_proportion}).")
-    if s.optimizer_type not in OPTIMIZER_TYPES:
+    if s.optimizer_type not in OPTIMIZERS:
         raise UserError(
-            f"--optimizer_type must be one of {', '.join(OPTIMIZER_TYPES)} (got {s.optimizer_type!r})."
+            f"--optimizer_type must be one of {', '.join(OPTIMIZERS)} (got {s.optimizer_type!r})."
         )
-    if s.precision not in PRECISIONS:
-        raise UserError(f"--precision must be one of {', '.join(PRECISIONS)} (got {s.precision!r}).")
 
 
 def load_model_files(s: FineTuningSettings, output_dir_checkpoint: str | None):
@@ -209,69 +186,62 @@ def periodic_evaluation(step, task, split: str, every: int, last: int, features,
     return every, evaluate
 
 
-def _print_resolved(resolved: dict, stream) -> None:
-    print("Resolved fine-tuning settings:", file=stream)
-    width = max(len(k) for k in resolved)
-    for key in sorted(resolved):
-        print(f"  {key:<{width}}  {json.dumps(resolved[key])}", file=stream)
-    stream.flush()
+def update_of(s: FineTuningSettings, workers: int) -> job.Update:
+    """The update `s` asks for on `workers` workers: linear decay after warmup, whatever the optimizer."""
+    return job.Update(
+        s.train_batch_size,
+        s.num_accumulation_steps,
+        s.learning_rate,
+        workers,
+        s.optimizer_type,
+        decay_power=FINE_TUNING_DECAY_POWER,
+    )
 
 
-def run(s: FineTuningSettings, task, stream=None) -> dict:
-    """Fine-tunes, predicts and evaluates `task` (training.squad_task.SquadTask or
-    training.glue_task.GlueTask); returns {"resolved", "model", "train" (last metrics or None),
-    "results" ({split: metrics}), "export_dir"}. Problems the user can fix raise UserError
-    before any model is built."""
-    stream = stream if stream is not None else sys.stdout
-    validate(s)
-    task.validate(do_train=s.do_train, do_eval=s.do_eval, do_predict=s.do_predict)
-    import keras
-    import tensorflow as tf
+@dataclasses.dataclass
+class _Plan:
+    """What the cheap checks found: the job before any model exists."""
 
-    from bert.checkpoints import global_step_of, load_for_fine_tuning, load_weights
+    config: object  # BertConfig
+    tokenizer: object
+    update: job.Update
+    train_arrays: dict | None  # the training features, with --do_train
+    steps: int  # updates to train for (0 without --do_train)
+    warmup: int
+    resume_from: str | None
+    resolved: dict
+
+
+def _plan(s: FineTuningSettings, task, dist, out) -> _Plan:
+    """Steps 1-3: config, vocab, features, steps; then the resolved settings reported."""
     from bert.tokenization import build_tokenizer
-    from optimization import WarmupPolynomialDecay, create_optimizer, scaled_learning_rate
-    from training import loop
-    from training.checkpointing import Checkpointer, latest_checkpoint, write_model_files
-    from training.distributed import Distributed
-    from training.metrics_log import MetricsLog
-    from training.precision import configure_precision
-    from training.train_step import TrainStep
+    from training.checkpointing import latest_checkpoint, write_model_files
 
-    if s.deterministic:
-        tf.config.experimental.enable_op_determinism()
-    dist = Distributed(use_horovod=s.use_horovod)
-    chief = dist.is_chief
-    out = stream if chief else open(os.devnull, "w")
-    if chief:
+    if dist.is_chief:
         ensure_writable_dir(s.output_dir)
     resume_from = latest_checkpoint(s.output_dir)
-
-    # 1-2. Config, vocab, features, steps.
     config, vocab_file = load_model_files(s, resume_from)
     tokenizer = build_tokenizer(vocab_file=vocab_file, do_lower_case=s.do_lower_case)
+    update = update_of(s, dist.size)
     steps = warmup = 0
     train_arrays = None
-    global_batch = s.train_batch_size * s.num_accumulation_steps * dist.size
     if s.do_train:
         train_arrays, num_examples = task.train_features(tokenizer, s.max_seq_length, seed=s.seed, stream=out)
         num_features = len(train_arrays["input_ids"])
-        steps, warmup = train_steps(num_features, global_batch, s.num_train_epochs, s.warmup_proportion)
+        steps, warmup = train_steps(
+            num_features, update.global_batch_size, s.num_train_epochs, s.warmup_proportion
+        )
         if steps < 1:
             raise UserError(
                 f"{num_features} training features x {s.num_train_epochs} epochs make no update of "
-                f"{global_batch} (the global batch): lower --train_batch_size or raise --num_train_epochs."
+                f"{update.global_batch_size} (the global batch): lower --train_batch_size or raise "
+                "--num_train_epochs."
             )
-
-    # 3. What will run.
-    peak = scaled_learning_rate(s.learning_rate, dist.size)
     resolved = {
         **dataclasses.asdict(s),
         **task.describe(),
         "vocab_file": vocab_file,
-        "workers": dist.size,
-        "global_batch_size": global_batch,
-        "effective_learning_rate": peak,
+        **update.describe(),
         "num_train_steps": steps,
         "num_warmup_steps": warmup,
         "resume_from": resume_from,
@@ -279,107 +249,145 @@ def run(s: FineTuningSettings, task, stream=None) -> dict:
     if s.do_train:
         resolved["num_train_examples"] = num_examples
         resolved["num_train_features"] = num_features
-    if chief:
-        _print_resolved(resolved, out)
-        path = os.path.join(s.output_dir, RESOLVED_CONFIG_NAME)
-        if s.do_train or not os.path.exists(path):  # a predict/export-only run keeps the training record
-            write_json(path, resolved)
+    if dist.is_chief:
+        path = os.path.join(s.output_dir, job.RESOLVED_CONFIG_NAME)
+        # A predict/export-only run keeps the training record.
+        job.report("fine-tuning", resolved, out, path if s.do_train or not os.path.exists(path) else None)
         write_model_files(config, vocab_file, s.output_dir)
+    return _Plan(config, tokenizer, update, train_arrays, steps, warmup, resume_from, resolved)
 
-    # 4. Model, optimizer, step; where to start.
-    keras.utils.set_random_seed(s.seed + dist.rank)
-    model = task.build_model(config, configure_precision(s.precision))
-    if not resume_from and s.init_checkpoint:
+
+def _build_step(s: FineTuningSettings, task, plan: _Plan, dist, out):
+    """Step 4: the model (from --init_checkpoint in a new output_dir) and its train step."""
+    from bert.checkpoints import load_for_fine_tuning
+
+    model = job.build_model(
+        lambda dtype: task.build_model(plan.config, dtype), seed=s.seed, precision=s.precision, rank=dist.rank
+    )
+    if not plan.resume_from and s.init_checkpoint:
         head = load_for_fine_tuning(model, s.init_checkpoint)
         print(
             f"Initialised the encoder{' and the head' if head else ''} from {s.init_checkpoint}"
             f"{'' if head else '; the head starts fresh'}.",
             file=out,
         )
-    elif not resume_from:
+    elif not plan.resume_from:
         print("No --init_checkpoint: the encoder starts from random weights.", file=out)
-    schedule = WarmupPolynomialDecay(peak, warmup, max(steps, 1), DECAY_POWER) if s.do_train else peak
-    optimizer = create_optimizer(s.optimizer_type, schedule)
-    step = TrainStep(
+    return plan.update.build(
         model,
-        optimizer,
         task.objective,
-        accumulation_steps=s.num_accumulation_steps,
+        warmup_steps=plan.warmup,
+        train_steps=plan.steps,
         distributed=dist,
         jit_compile=s.use_xla,
     )
-    result = {"resolved": resolved, "model": model, "train": None, "results": {}, "export_dir": None}
-    if s.do_train:
-        iterator = iter(
-            training_dataset(
-                train_arrays, s.train_batch_size, num_workers=dist.size, worker_index=dist.rank, seed=s.seed
-            )
-        )
-        checkpointer = Checkpointer(s.output_dir, step, iterator, keep=s.keep_checkpoints, distributed=dist)
-        checkpointer.remove_leftovers()
-        start = loop.resume(checkpointer, step)
-        if resume_from:
-            print(f"Resuming from {resume_from} (step {start} of {steps}).", file=out)
-        log = MetricsLog(
-            s.output_dir,
-            total_steps=steps,
-            start_step=start,
-            sequences_per_update=global_batch,
-            log_every=s.log_every_n_steps,
-            enabled=chief,
-            stream=out,
-        )
-        periodic = None
-        if s.eval_every_n_steps:
-            split = task.prediction_splits(do_eval=True, do_predict=False)[0]
-            features = (
-                task.predict_features(split, tokenizer, s.max_seq_length, stream=out) if chief else None
-            )
-            periodic = periodic_evaluation(
-                step, task, split, s.eval_every_n_steps, steps, features, s.predict_batch_size, log
-            )
-        result["train"] = loop.train(
-            step,
-            iterator,
-            checkpointer,
-            log,
-            num_train_steps=steps,
-            save_checkpoints_steps=s.save_checkpoints_steps,
-            periodic=periodic,
-        )
-    elif resume_from:
-        load_weights(model, resume_from)
-        print(f"Predicting with the weights of {resume_from}.", file=out)
 
-    # 5. Predictions and metrics (rank 0), export.
-    source = resume_from or s.init_checkpoint
-    global_step = int(optimizer.iterations) if s.do_train else (global_step_of(source) or 0 if source else 0)
-    if chief:
-        for split in task.prediction_splits(do_eval=s.do_eval, do_predict=s.do_predict):
-            arrays, context = task.predict_features(split, tokenizer, s.max_seq_length, stream=out)
-            outputs = predict(step, arrays, s.predict_batch_size, f"predict {split}", out)
-            metrics = task.write_predictions(split, outputs, context, s.output_dir)
-            if metrics is not None:
-                metrics = {**metrics, "global_step": global_step}
-                result["results"][split] = metrics
-                print(f"{split}: " + json.dumps(metrics), file=out, flush=True)
-        if result["results"]:
-            # One split: its metrics (Google's eval_results); several (MNLI): keyed by split.
-            splits = result["results"]
-            written = next(iter(splits.values())) if len(splits) == 1 else splits
-            write_json(os.path.join(s.output_dir, loop.EVAL_RESULTS_NAME), written)
-        if s.export_dir:
-            from training.export import export_saved_model, write_triton_repository
 
-            result["export_dir"] = export_saved_model(
-                model, s.export_dir, tuple(task.serving_outputs), stream=out
+def _train(s: FineTuningSettings, task, plan: _Plan, step, out):
+    """Step 5a: training from where output_dir's checkpoints left off; the last metrics."""
+    from training import loop
+
+    dist = step.distributed
+    iterator = iter(
+        training_dataset(
+            plan.train_arrays, s.train_batch_size, num_workers=dist.size, worker_index=dist.rank, seed=s.seed
+        )
+    )
+    checkpointer, start, log = job.resume_training(
+        step,
+        iterator,
+        plan.update,
+        output_dir=s.output_dir,
+        train_steps=plan.steps,
+        keep=s.keep_checkpoints,
+        log_every=s.log_every_n_steps,
+        stream=out,
+    )
+    if plan.resume_from:
+        print(f"Resuming from {plan.resume_from} (step {start} of {plan.steps}).", file=out)
+    periodic = None
+    if s.eval_every_n_steps:
+        split = task.prediction_splits(do_eval=True, do_predict=False)[0]
+        features = (
+            task.predict_features(split, plan.tokenizer, s.max_seq_length, stream=out)
+            if dist.is_chief
+            else None
+        )
+        periodic = periodic_evaluation(
+            step, task, split, s.eval_every_n_steps, plan.steps, features, s.predict_batch_size, log
+        )
+    return loop.train(
+        step,
+        iterator,
+        checkpointer,
+        log,
+        num_train_steps=plan.steps,
+        save_checkpoints_steps=s.save_checkpoints_steps,
+        periodic=periodic,
+    )
+
+
+def _predict_and_export(s: FineTuningSettings, task, plan: _Plan, step, global_step: int, out, result: dict):
+    """Step 5b, rank 0: each split's predictions and official metrics; the SavedModel."""
+    from training import loop
+
+    for split in task.prediction_splits(do_eval=s.do_eval, do_predict=s.do_predict):
+        arrays, context = task.predict_features(split, plan.tokenizer, s.max_seq_length, stream=out)
+        outputs = predict(step, arrays, s.predict_batch_size, f"predict {split}", out)
+        metrics = task.write_predictions(split, outputs, context, s.output_dir)
+        if metrics is not None:
+            metrics = {**metrics, "global_step": global_step}
+            result["results"][split] = metrics
+            print(f"{split}: " + json.dumps(metrics), file=out, flush=True)
+    if result["results"]:
+        # One split: its metrics (Google's eval_results); several (MNLI): keyed by split.
+        splits = result["results"]
+        written = next(iter(splits.values())) if len(splits) == 1 else splits
+        write_json(os.path.join(s.output_dir, loop.EVAL_RESULTS_NAME), written)
+    if s.export_dir:
+        from training.export import export_saved_model, write_triton_repository
+
+        result["export_dir"] = export_saved_model(
+            step.model, s.export_dir, tuple(task.serving_outputs), stream=out
+        )
+        if s.triton_repository:
+            where = write_triton_repository(
+                s.export_dir, s.triton_repository, task.triton_name, task.serving_outputs
             )
-            if s.triton_repository:
-                where = write_triton_repository(
-                    s.export_dir, s.triton_repository, task.triton_name, task.serving_outputs
-                )
-                print(f"Wrote the Triton model {where} (config.pbtxt, 1/model.savedmodel).", file=out)
-    dist.barrier()
-    if out is not stream:
-        out.close()
+            print(f"Wrote the Triton model {where} (config.pbtxt, 1/model.savedmodel).", file=out)
+
+
+def run(s: FineTuningSettings, task, stream=None) -> dict:
+    """Fine-tunes, predicts and evaluates `task` (training.squad_task.SquadTask or
+    training.glue_task.GlueTask); returns {"resolved", "model", "train" (last metrics or None),
+    "results" ({split: metrics}), "export_dir"}. Problems the user can fix raise UserError
+    before any model is built."""
+    validate(s)
+    task.validate(do_train=s.do_train, do_eval=s.do_eval, do_predict=s.do_predict)
+    with job.worker(
+        use_horovod=s.use_horovod, deterministic=s.deterministic, stream=stream or sys.stdout
+    ) as (
+        dist,
+        out,
+    ):
+        plan = _plan(s, task, dist, out)
+        step = _build_step(s, task, plan, dist, out)
+        result = {
+            "resolved": plan.resolved,
+            "model": step.model,
+            "train": None,
+            "results": {},
+            "export_dir": None,
+        }
+        if s.do_train:
+            result["train"] = _train(s, task, plan, step, out)
+        elif plan.resume_from:
+            from bert.checkpoints import load_weights
+
+            load_weights(step.model, plan.resume_from)
+            print(f"Predicting with the weights of {plan.resume_from}.", file=out)
+        global_step = job.weights_step(step, s.do_train, plan.resume_from or s.init_checkpoint)
+        if dist.is_chief:
+            _predict_and_export(s, task, plan, step, global_step, out, result)
+        dist.barrier()
     return result

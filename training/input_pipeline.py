@@ -111,18 +111,49 @@ def pretraining_dataset(
     cycle_length=DEFAULT_CYCLE_LENGTH,
     deterministic=None,
 ):
-    """The pretraining input of one worker.
+    """The pretraining input of one worker: `worker_dataset` of its share of the files.
 
     Args:
       file_patterns: globs (a list, or one comma-separated string) of TFRecord files.
+      num_workers, worker_index: this worker's share of the files (plain ints; worker_files).
+      The others as for worker_dataset.
+    """
+    mine = worker_files(expand_globs(file_patterns), num_workers, worker_index, patterns=file_patterns)
+    return worker_dataset(
+        mine,
+        batch_size,
+        max_seq_length,
+        max_predictions_per_seq,
+        is_training=is_training,
+        shuffle_buffer=shuffle_buffer,
+        seed=seed,
+        cycle_length=cycle_length,
+        deterministic=deterministic,
+    )
+
+
+def worker_dataset(
+    files,
+    batch_size,
+    max_seq_length,
+    max_predictions_per_seq,
+    is_training=True,
+    shuffle_buffer=DEFAULT_SHUFFLE_BUFFER,
+    seed=None,
+    cycle_length=DEFAULT_CYCLE_LENGTH,
+    deterministic=None,
+):
+    """The pretraining input from `files`, one worker's (worker_files), each checked first.
+
+    Args:
+      files: TFRecord paths.
       batch_size: per-worker batch size B.
       is_training: shuffle files and examples, repeat forever, drop the last partial batch
-        (static shapes for XLA). Otherwise the worker's files in order, once, keeping the
-        last partial batch.
-      num_workers, worker_index: this worker's share of the files (plain ints).
+        (static shapes for XLA). Otherwise the files in order, once, keeping the last partial
+        batch.
       shuffle_buffer: examples in the shuffle buffer (training).
       seed: seeds the file and example shuffles (None: different every run).
-      cycle_length: files read at once (capped at the worker's file count).
+      cycle_length: files read at once (capped at the file count).
       deterministic: interleave order; None lets tf.data options decide (training may trade
         determinism for speed), True gives the same order for the same seed.
 
@@ -132,20 +163,18 @@ def pretraining_dataset(
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
-    files = expand_globs(file_patterns)
-    mine = worker_files(files, num_workers, worker_index, patterns=file_patterns)
-    for path in mine:
+    for path in files:
         check_file(path, max_seq_length, max_predictions_per_seq)
 
     def parse(serialized):
         return schema.parse_examples(serialized, max_seq_length, max_predictions_per_seq)
 
     if is_training:
-        d = tf.data.Dataset.from_tensor_slices(tf.constant(mine))
-        d = d.shuffle(len(mine), seed=seed, reshuffle_each_iteration=True).repeat()
+        d = tf.data.Dataset.from_tensor_slices(tf.constant(files))
+        d = d.shuffle(len(files), seed=seed, reshuffle_each_iteration=True).repeat()
         d = d.interleave(
             tf.data.TFRecordDataset,
-            cycle_length=max(1, min(cycle_length, len(mine))),
+            cycle_length=max(1, min(cycle_length, len(files))),
             block_length=1,
             num_parallel_calls=tf.data.AUTOTUNE,
             deterministic=deterministic,
@@ -153,7 +182,7 @@ def pretraining_dataset(
         d = d.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
         d = d.batch(batch_size, drop_remainder=True)
     else:
-        d = tf.data.TFRecordDataset(mine)
+        d = tf.data.TFRecordDataset(files)
         d = d.batch(batch_size, drop_remainder=False)
     # Parsing whole batches is several times faster than example by example.
     d = d.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)

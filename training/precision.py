@@ -9,12 +9,19 @@ bf16  mixed_bfloat16: bfloat16 compute, float32 master weights, no loss scaling 
 
 from __future__ import annotations
 
-PRECISIONS = {
+from common.kinds import PRECISIONS
+
+# precision -> (Keras dtype policy, TF32 allowed); the names are common/kinds.py's.
+POLICIES = {
     "fp32": ("float32", False),
     "tf32": ("float32", True),
     "fp16": ("mixed_float16", True),
     "bf16": ("mixed_bfloat16", True),
 }
+if set(POLICIES) != set(PRECISIONS):
+    raise ImportError(
+        f"training/precision.py maps {sorted(POLICIES)}, common/kinds.py names {sorted(PRECISIONS)}."
+    )
 
 
 def configure_precision(precision: str) -> str:
@@ -23,6 +30,6 @@ def configure_precision(precision: str) -> str:
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)} (got {precision!r}).")
     import tensorflow as tf
 
-    policy, tf32 = PRECISIONS[precision]
+    policy, tf32 = POLICIES[precision]
     tf.config.experimental.enable_tensor_float_32_execution(tf32)
     return policy

@@ -2,8 +2,8 @@
 
 run_pretraining.py turns its flags into `PretrainingSettings` and calls `run`. In order:
 
-1. cheap checks, before TensorFlow builds anything: values in range, the config and the vocab
-   fit each other, every glob matches files, each worker's files hold records of this
+1. cheap checks, before TensorFlow builds anything: values of their kind (common/kinds.py), the
+   config and the vocab fit each other, every glob matches files, each worker's files hold records of this
    max_seq_length / max_predictions_per_seq;
 2. the resolved settings (workers, global batch, effective learning rate, where the run starts)
    are printed and written to <output_dir>/resolved_config.json;
@@ -19,22 +19,20 @@ same command then ends with the same weights whether or not it was interrupted.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import sys
 
+from common.cli import check_settings, setting
 from common.errors import UserError
-from common.files import ensure_writable_dir, expand_globs, write_json
-
-RESOLVED_CONFIG_NAME = "resolved_config.json"
-OPTIMIZER_TYPES = ("lamb", "adamw", "adam_weight_decay")
-# Polynomial decay power: 0.5 for LAMB, 1.0 (linear) for Adam (NVIDIA's recipes).
-DECAY_POWER = {"lamb": 0.5, "adamw": 1.0, "adam_weight_decay": 1.0}
+from common.files import ensure_writable_dir, expand_globs
+from optimization import DECAY_POWER, OPTIMIZERS
+from training import job
 
 
 @dataclasses.dataclass(frozen=True)
 class PretrainingSettings:
-    """run_pretraining.py's flags as plain values (see its --help for each)."""
+    """run_pretraining.py's flags as plain values (see its --help for each); a field's kind
+    (common/kinds.py) is checked by `validate` and by the flag's validator alike."""
 
     bert_config_file: str
     output_dir: str
@@ -42,33 +40,31 @@ class PretrainingSettings:
     eval_files: str | None = None
     vocab_file: str | None = None
     init_checkpoint: str | None = None
-    max_seq_length: int = 128
-    max_predictions_per_seq: int = 20
-    train_batch_size: int = 32  # per worker, per micro-batch
-    eval_batch_size: int = 8
-    learning_rate: float = 5e-5  # per worker: the peak is this x workers
-    num_train_steps: int = 100000  # applied updates
-    num_warmup_steps: int = 10000
-    num_accumulation_steps: int = 1
-    save_checkpoints_steps: int = 1000
-    keep_checkpoints: int = 5
+    max_seq_length: int = setting("count", 128)
+    max_predictions_per_seq: int = setting("count", 20)
+    train_batch_size: int = setting("count", 32)  # per worker, per micro-batch
+    eval_batch_size: int = setting("count", 8)
+    learning_rate: float = setting("rate", 5e-5)  # per worker: the peak is this x workers
+    num_train_steps: int = setting("count", 100000)  # applied updates
+    num_warmup_steps: int = setting("steps", 10000)
+    num_accumulation_steps: int = setting("count", 1)
+    save_checkpoints_steps: int = setting("count", 1000)
+    keep_checkpoints: int = setting("count", 5)
     optimizer_type: str = "lamb"
-    precision: str = "fp32"
-    use_xla: bool = True
-    use_horovod: bool = False
-    do_train: bool = True
-    do_eval: bool = False
-    max_eval_steps: int | None = 100
+    precision: str = setting("precision", "fp32")
+    use_xla: bool = setting("bool", True)
+    use_horovod: bool = setting("bool", False)
+    do_train: bool = setting("bool", True)
+    do_eval: bool = setting("bool", False)
+    max_eval_steps: int | None = setting("count", 100)  # None: the whole evaluation set
     seed: int = 12345
-    log_every_n_steps: int = 10
-    deterministic: bool = True
-    shuffle_buffer: int = 10000
+    log_every_n_steps: int = setting("count", 10)
+    deterministic: bool = setting("bool", True)
+    shuffle_buffer: int = setting("count", 10000)
 
 
 def validate(s: PretrainingSettings) -> None:
     """UserError naming the first flag whose value cannot work."""
-    from training.precision import PRECISIONS
-
     if not s.do_train and not s.do_eval:
         raise UserError("Nothing to do: pass --do_train and/or --do_eval.")
     if not s.output_dir:
@@ -79,37 +75,16 @@ def validate(s: PretrainingSettings) -> None:
         raise UserError("--input_files is required with --do_train.")
     if s.do_eval and not s.eval_files:
         raise UserError("--eval_files is required with --do_eval.")
-    positive = [
-        "max_seq_length",
-        "max_predictions_per_seq",
-        "train_batch_size",
-        "eval_batch_size",
-        "num_accumulation_steps",
-        "save_checkpoints_steps",
-        "keep_checkpoints",
-        "log_every_n_steps",
-        "shuffle_buffer",
-    ]
-    if s.do_train:
-        positive.append("num_train_steps")
-    for name in positive:
-        if getattr(s, name) < 1:
-            raise UserError(f"--{name} must be at least 1 (got {getattr(s, name)}).")
-    if s.max_eval_steps is not None and s.max_eval_steps < 1:
-        raise UserError(f"--max_eval_steps must be at least 1 (got {s.max_eval_steps}).")
-    if not s.learning_rate > 0:
-        raise UserError(f"--learning_rate must be > 0 (got {s.learning_rate}).")
-    if s.do_train and not 0 <= s.num_warmup_steps <= s.num_train_steps:
+    check_settings(s)
+    if s.do_train and not s.num_warmup_steps <= s.num_train_steps:
         raise UserError(
             f"--num_warmup_steps must be between 0 and --num_train_steps={s.num_train_steps} "
             f"(got {s.num_warmup_steps})."
         )
-    if s.optimizer_type not in OPTIMIZER_TYPES:
+    if s.optimizer_type not in OPTIMIZERS:
         raise UserError(
-            f"--optimizer_type must be one of {', '.join(OPTIMIZER_TYPES)} (got {s.optimizer_type!r})."
+            f"--optimizer_type must be one of {', '.join(OPTIMIZERS)} (got {s.optimizer_type!r})."
         )
-    if s.precision not in PRECISIONS:
-        raise UserError(f"--precision must be one of {', '.join(PRECISIONS)} (got {s.precision!r}).")
     if s.max_predictions_per_seq > s.max_seq_length:
         raise UserError(
             f"--max_predictions_per_seq={s.max_predictions_per_seq} exceeds "
@@ -133,6 +108,13 @@ def _load_config(s: PretrainingSettings):
     return config
 
 
+def update_of(s: PretrainingSettings, workers: int) -> job.Update:
+    """The update `s` asks for on `workers` workers."""
+    return job.Update(
+        s.train_batch_size, s.num_accumulation_steps, s.learning_rate, workers, s.optimizer_type
+    )
+
+
 def resolve(
     s: PretrainingSettings,
     workers: int,
@@ -143,17 +125,13 @@ def resolve(
     eval_files=(),
 ) -> dict:
     """The settings as they will run: every flag plus what follows from them."""
-    from optimization import scaled_learning_rate
-
-    global_batch = s.train_batch_size * s.num_accumulation_steps * workers
+    update = update_of(s, workers)
     resolved = dataclasses.asdict(s)
     resolved.update(
         {
-            "workers": workers,
-            "global_batch_size": global_batch,
-            "effective_learning_rate": scaled_learning_rate(s.learning_rate, workers),
+            **update.describe(),
             "learning_rate_decay_power": DECAY_POWER[s.optimizer_type],
-            "sequences_to_train": global_batch * s.num_train_steps if s.do_train else 0,
+            "sequences_to_train": update.global_batch_size * s.num_train_steps if s.do_train else 0,
             "num_train_files": len(train_files),
             "num_eval_files": len(eval_files),
             "resume_from": resume_from,
@@ -165,68 +143,47 @@ def resolve(
     return resolved
 
 
-def _print_resolved(resolved: dict, stream) -> None:
-    print("Resolved pretraining settings:", file=stream)
-    width = max(len(k) for k in resolved)
-    for key in sorted(resolved):
-        print(f"  {key:<{width}}  {json.dumps(resolved[key])}", file=stream)
-    stream.flush()
+@dataclasses.dataclass
+class _Plan:
+    """What the cheap checks found: the job before any model exists."""
+
+    config: object  # BertConfig
+    train_files: list  # this worker's
+    train_data: object  # tf.data.Dataset, or None without --do_train
+    eval_data: object  # rank 0's, or None
+    resume_from: str | None
+    init_step: int | None
+    resolved: dict
 
 
-def run(s: PretrainingSettings, stream=None) -> dict:
-    """Runs the job; returns {"resolved", "model" (the BertPretrainer), "step", "train" (last
-    metrics or None), "eval" (or None), "throughput"}. Problems the user can fix raise UserError
-    before any model is built."""
-    stream = stream if stream is not None else sys.stdout
-    validate(s)
-    import keras
-    import tensorflow as tf
+def _plan(s: PretrainingSettings, dist, out) -> _Plan:
+    """Steps 1 and 2: config, vocab, globs, records; then the resolved settings reported."""
+    from bert.checkpoints import global_step_of
+    from training.checkpointing import latest_checkpoint, write_model_files
+    from training.input_pipeline import pretraining_dataset, worker_dataset, worker_files
 
-    from bert.checkpoints import global_step_of, load_weights
-    from bert.pretraining import BertPretrainer
-    from optimization import WarmupPolynomialDecay, create_optimizer, scaled_learning_rate
-    from training import loop
-    from training.checkpointing import Checkpointer, latest_checkpoint, write_model_files
-    from training.distributed import Distributed
-    from training.input_pipeline import naming_corrupt_files, pretraining_dataset, worker_files
-    from training.metrics_log import MetricsLog
-    from training.precision import configure_precision
-    from training.train_step import PretrainingStep
-
-    if s.deterministic:
-        tf.config.experimental.enable_op_determinism()
-    dist = Distributed(use_horovod=s.use_horovod)
-    chief = dist.is_chief
-    out = stream if chief else open(os.devnull, "w")
-
-    # 1. Cheap checks: config, vocab, globs, records. No model yet.
     config = _load_config(s)
     train_files = expand_globs(s.input_files, "training files", source="--input_files") if s.do_train else []
     eval_files = expand_globs(s.eval_files, "evaluation files", source="--eval_files") if s.do_eval else []
     shapes = (s.max_seq_length, s.max_predictions_per_seq)
-    train_data = eval_data = None
+    mine, train_data, eval_data = [], None, None
     if s.do_train:
-        train_data = pretraining_dataset(
-            train_files,
+        mine = worker_files(train_files, dist.size, dist.rank, patterns=s.input_files)
+        train_data = worker_dataset(
+            mine,
             s.train_batch_size,
             *shapes,
             is_training=True,
-            num_workers=dist.size,
-            worker_index=dist.rank,
             seed=s.seed,
             shuffle_buffer=s.shuffle_buffer,
             deterministic=True if s.deterministic else None,
         )
-    if s.do_eval and chief:
+    if s.do_eval and dist.is_chief:
         eval_data = pretraining_dataset(eval_files, s.eval_batch_size, *shapes, is_training=False)
-    if chief:
+    if dist.is_chief:
         ensure_writable_dir(s.output_dir)
     resume_from = latest_checkpoint(s.output_dir)
-    init_step = None
-    if s.init_checkpoint and not resume_from:
-        init_step = global_step_of(s.init_checkpoint)
-
-    # 2. What will run.
+    init_step = global_step_of(s.init_checkpoint) if s.init_checkpoint and not resume_from else None
     resolved = resolve(
         s,
         dist.size,
@@ -235,105 +192,137 @@ def run(s: PretrainingSettings, stream=None) -> dict:
         train_files=train_files,
         eval_files=eval_files,
     )
-    if chief:
-        _print_resolved(resolved, out)
-        write_json(os.path.join(s.output_dir, RESOLVED_CONFIG_NAME), resolved)
+    if dist.is_chief:
+        job.report("pretraining", resolved, out, os.path.join(s.output_dir, job.RESOLVED_CONFIG_NAME))
         write_model_files(config, s.vocab_file, s.output_dir)
+    return _Plan(config, mine, train_data, eval_data, resume_from, init_step, resolved)
 
-    # 3. Model, optimizer, step; where to start.
-    keras.utils.set_random_seed(s.seed + dist.rank)  # dropout differs per worker; weights come from rank 0
-    model = BertPretrainer(config, dtype=configure_precision(s.precision))
-    if resume_from:
-        print(
-            f"Resuming from {resume_from}"
-            + (
-                f" (--init_checkpoint={s.init_checkpoint} applies only to a new output_dir)."
-                if s.init_checkpoint
-                else "."
-            ),
-            file=out,
+
+def _build_step(s: PretrainingSettings, plan: _Plan, dist, out):
+    """Step 3: the model (from --init_checkpoint in a new output_dir) and its train step."""
+    from bert.checkpoints import load_weights
+    from bert.pretraining import BertPretrainer
+    from training.pretraining_objective import PretrainingObjective
+
+    model = job.build_model(
+        lambda dtype: BertPretrainer(plan.config, dtype=dtype),
+        seed=s.seed,
+        precision=s.precision,
+        rank=dist.rank,
+    )
+    if plan.resume_from:
+        where = (
+            f" (--init_checkpoint={s.init_checkpoint} applies only to a new output_dir)."
+            if s.init_checkpoint
+            else "."
         )
+        print(f"Resuming from {plan.resume_from}{where}", file=out)
     elif s.init_checkpoint:
         load_weights(model, s.init_checkpoint)
         print(
             f"Initialised every layer and both heads from {s.init_checkpoint}"
             + (
-                f" (its step {init_step}); the optimizer and step start at 0."
-                if init_step is not None
+                f" (its step {plan.init_step}); the optimizer and step start at 0."
+                if plan.init_step is not None
                 else "."
             ),
             file=out,
         )
-    peak = scaled_learning_rate(s.learning_rate, dist.size)
-    if s.do_train:
-        learning_rate = WarmupPolynomialDecay(
-            peak, s.num_warmup_steps, s.num_train_steps, DECAY_POWER[s.optimizer_type]
-        )
-    else:
-        learning_rate = peak
-    optimizer = create_optimizer(s.optimizer_type, learning_rate)
-    step = PretrainingStep(
-        model, optimizer, accumulation_steps=s.num_accumulation_steps, distributed=dist, jit_compile=s.use_xla
-    )
-    iterator = iter(train_data) if train_data is not None else None
-    checkpointer = Checkpointer(s.output_dir, step, iterator, keep=s.keep_checkpoints, distributed=dist)
-
-    result = {"resolved": resolved, "model": model, "train": None, "eval": None, "throughput": None}
-    log = None
-    if s.do_train:
-        checkpointer.remove_leftovers()
-        start = loop.resume(checkpointer, step)
-        log = MetricsLog(
-            s.output_dir,
-            total_steps=s.num_train_steps,
-            start_step=start,
-            sequences_per_update=resolved["global_batch_size"],
-            log_every=s.log_every_n_steps,
-            enabled=chief,
-            stream=out,
-        )
-        if start >= s.num_train_steps:
-            print(
-                f"{resume_from} is already at step {start} of {s.num_train_steps}; nothing to train.",
-                file=out,
-            )
-        mine = worker_files(train_files, dist.size, dist.rank)
-        result["train"] = loop.train(
-            step,
-            naming_corrupt_files(iterator, mine),
-            checkpointer,
-            log,
-            num_train_steps=s.num_train_steps,
-            save_checkpoints_steps=s.save_checkpoints_steps,
-        )
-        result["throughput"] = log.throughput()
-    elif resume_from:
-        load_weights(model, resume_from)
-    # Without training: the step of the weights evaluated (the output_dir's, else --init_checkpoint's).
-    source = resume_from or s.init_checkpoint
-    result["step"] = (
-        int(optimizer.iterations) if s.do_train else (global_step_of(source) or 0 if source else 0)
+    return update_of(s, dist.size).build(
+        model,
+        PretrainingObjective(),
+        warmup_steps=s.num_warmup_steps,
+        train_steps=s.num_train_steps if s.do_train else 0,
+        distributed=dist,
+        jit_compile=s.use_xla,
     )
 
-    # 4. Evaluation, rank 0 alone (the other workers are done).
-    if eval_data is not None:
-        results = loop.evaluate(
-            step,
-            eval_data,
-            max_batches=s.max_eval_steps,
-            output_dir=s.output_dir,
-            global_step=result["step"],
-            log=log,
-        )
+
+def _train(s: PretrainingSettings, plan: _Plan, step, out):
+    """Step 4: training from where output_dir's checkpoints left off; (last metrics, the log)."""
+    from training import loop
+    from training.input_pipeline import naming_corrupt_files
+
+    iterator = iter(plan.train_data)
+    checkpointer, start, log = job.resume_training(
+        step,
+        iterator,
+        update_of(s, step.distributed.size),
+        output_dir=s.output_dir,
+        train_steps=s.num_train_steps,
+        keep=s.keep_checkpoints,
+        log_every=s.log_every_n_steps,
+        stream=out,
+    )
+    if start >= s.num_train_steps:
         print(
-            "Evaluation: "
-            + "  ".join(
-                f"{k} = {v:.4f}" if isinstance(v, float) else f"{k} = {v}" for k, v in sorted(results.items())
-            ),
+            f"{plan.resume_from} is already at step {start} of {s.num_train_steps}; nothing to train.",
             file=out,
-            flush=True,
         )
-        result["eval"] = results
-    if out is not stream:
-        out.close()
+    metrics = loop.train(
+        step,
+        naming_corrupt_files(iterator, plan.train_files),
+        checkpointer,
+        log,
+        num_train_steps=s.num_train_steps,
+        save_checkpoints_steps=s.save_checkpoints_steps,
+    )
+    return metrics, log
+
+
+def _evaluate(s: PretrainingSettings, plan: _Plan, step, global_step: int, log, out) -> dict:
+    """Step 5, rank 0 alone (the other workers are done): eval_results.json, printed."""
+    from training import loop
+
+    results = loop.evaluate(
+        step,
+        plan.eval_data,
+        max_batches=s.max_eval_steps,
+        output_dir=s.output_dir,
+        global_step=global_step,
+        log=log,
+    )
+    print(
+        "Evaluation: "
+        + "  ".join(
+            f"{k} = {v:.4f}" if isinstance(v, float) else f"{k} = {v}" for k, v in sorted(results.items())
+        ),
+        file=out,
+        flush=True,
+    )
+    return results
+
+
+def run(s: PretrainingSettings, stream=None) -> dict:
+    """Runs the job; returns {"resolved", "model" (the BertPretrainer), "step", "train" (last
+    metrics or None), "eval" (or None), "throughput"}. Problems the user can fix raise UserError
+    before any model is built."""
+    validate(s)
+    with job.worker(
+        use_horovod=s.use_horovod, deterministic=s.deterministic, stream=stream or sys.stdout
+    ) as (
+        dist,
+        out,
+    ):
+        plan = _plan(s, dist, out)
+        step = _build_step(s, plan, dist, out)
+        result = {
+            "resolved": plan.resolved,
+            "model": step.model,
+            "train": None,
+            "eval": None,
+            "throughput": None,
+        }
+        log = None
+        if s.do_train:
+            result["train"], log = _train(s, plan, step, out)
+            result["throughput"] = log.throughput()
+        elif plan.resume_from:
+            from bert.checkpoints import load_weights
+
+            load_weights(step.model, plan.resume_from)
+        # Without training: the step of the weights evaluated (the output_dir's, else --init_checkpoint's).
+        result["step"] = job.weights_step(step, s.do_train, plan.resume_from or s.init_checkpoint)
+        if plan.eval_data is not None:
+            result["eval"] = _evaluate(s, plan, step, result["step"], log, out)
     return result

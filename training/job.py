@@ -1,0 +1,169 @@
+"""The skeleton every training job shares: training/pretraining_job.py, training/finetuning_job.py
+and bench/pretrain_throughput.py take their worker, update, model and report from here, so each
+is built one way.
+
+    with job.worker(use_horovod=..., deterministic=..., stream=stream) as (dist, out):
+        update = job.Update(batch_size, accumulation_steps, learning_rate, dist.size, optimizer_type)
+        update.global_batch_size, update.peak_learning_rate   # B x k x W and lr x W, here alone
+        job.report("pretraining", {**update.describe(), ...}, out, path)  # print, resolved_config.json
+        model = job.build_model(lambda dtype: ..., seed=..., precision=..., rank=dist.rank)
+        step = update.build(model, objective, warmup_steps=..., train_steps=..., distributed=dist, ...)
+        checkpointer, start, log = job.resume_training(step, iterator, update, ...)
+        loop.train(step, batches, checkpointer, log, ...)
+
+`out` is the caller's stream on rank 0 and a sink on the other ranks: a job reports once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+
+from common.files import write_json
+
+RESOLVED_CONFIG_NAME = "resolved_config.json"
+
+
+@contextlib.contextmanager
+def worker(*, use_horovod: bool, deterministic: bool, stream):
+    """(Distributed, out) for one job. Exact resume needs TF op determinism, set here before any
+    op runs when `deterministic`."""
+    import tensorflow as tf
+
+    from training.distributed import Distributed
+
+    if deterministic:
+        tf.config.experimental.enable_op_determinism()
+    dist = Distributed(use_horovod=use_horovod)
+    if dist.is_chief:
+        yield dist, stream
+        return
+    with open(os.devnull, "w") as sink:
+        yield dist, sink
+
+
+@dataclasses.dataclass(frozen=True)
+class Update:
+    """One update as a job's settings define it: `batch_size` sequences per worker per
+    micro-batch, `accumulation_steps` micro-batches, `workers` workers; `learning_rate` per worker
+    (NVIDIA's launchers' convention) and the optimizer by name. The worker count multiplies the
+    batch and the learning rate here and nowhere else."""
+
+    batch_size: int
+    accumulation_steps: int
+    learning_rate: float
+    workers: int
+    optimizer_type: str
+    decay_power: float | None = None  # None: the optimizer's (optimization.DECAY_POWER)
+
+    @property
+    def global_batch_size(self) -> int:
+        """Sequences one applied update sees, across micro-batches and workers."""
+        return self.batch_size * self.accumulation_steps * self.workers
+
+    @property
+    def peak_learning_rate(self) -> float:
+        from optimization import scaled_learning_rate
+
+        return scaled_learning_rate(self.learning_rate, self.workers)
+
+    @property
+    def power(self) -> float:
+        from optimization import DECAY_POWER
+
+        return DECAY_POWER[self.optimizer_type] if self.decay_power is None else self.decay_power
+
+    def describe(self) -> dict:
+        """The resolved settings that follow from the update."""
+        return {
+            "workers": self.workers,
+            "global_batch_size": self.global_batch_size,
+            "effective_learning_rate": self.peak_learning_rate,
+        }
+
+    def learning_rate_schedule(self, warmup_steps: int, train_steps: int):
+        """Warmup to the peak, then polynomial decay to 0 at `train_steps`; train_steps 0 (no
+        training: the optimizer only restores or evaluates) gives the constant peak."""
+        from optimization import WarmupPolynomialDecay
+
+        if not train_steps:
+            return self.peak_learning_rate
+        return WarmupPolynomialDecay(self.peak_learning_rate, warmup_steps, train_steps, self.power)
+
+    def build(self, model, objective, *, warmup_steps: int, train_steps: int, distributed, jit_compile: bool):
+        """The TrainStep (training/train_step.py) of `model` and `objective` with this update's
+        optimizer and schedule."""
+        from optimization import create_optimizer
+        from training.train_step import TrainStep
+
+        optimizer = create_optimizer(
+            self.optimizer_type, self.learning_rate_schedule(warmup_steps, train_steps)
+        )
+        return TrainStep(
+            model,
+            optimizer,
+            objective,
+            accumulation_steps=self.accumulation_steps,
+            distributed=distributed,
+            jit_compile=jit_compile,
+        )
+
+
+def build_model(build, *, seed: int, precision: str, rank: int):
+    """`build(dtype_policy)` for --precision, with the Keras seeds set per rank: dropout differs
+    per worker, while the weights every worker trains come from rank 0 (TrainStep broadcasts)."""
+    import keras
+
+    from training.precision import configure_precision
+
+    keras.utils.set_random_seed(seed + rank)
+    return build(configure_precision(precision))
+
+
+def report(title: str, resolved: dict, stream, path: str | None) -> None:
+    """Prints `resolved` under "Resolved {title} settings:" (sorted keys, JSON values) and writes
+    it to `path` (None: printed only)."""
+    print(f"Resolved {title} settings:", file=stream)
+    width = max(len(k) for k in resolved)
+    for key in sorted(resolved):
+        print(f"  {key:<{width}}  {json.dumps(resolved[key])}", file=stream)
+    stream.flush()
+    if path:
+        write_json(path, resolved)
+
+
+def resume_training(
+    step, iterator, update: Update, *, output_dir: str, train_steps: int, keep: int, log_every: int, stream
+):
+    """(Checkpointer, start step, MetricsLog) of a training run: leftovers of an interrupted save
+    removed, the latest checkpoint of output_dir restored (weights, optimizer, the iterator's
+    position), the log counting from there."""
+    from training import loop
+    from training.checkpointing import Checkpointer
+    from training.metrics_log import MetricsLog
+
+    checkpointer = Checkpointer(output_dir, step, iterator, keep=keep, distributed=step.distributed)
+    checkpointer.remove_leftovers()
+    start = loop.resume(checkpointer, step)
+    log = MetricsLog(
+        output_dir,
+        total_steps=train_steps,
+        start_step=start,
+        sequences_per_update=update.global_batch_size,
+        log_every=log_every,
+        enabled=step.distributed.is_chief,
+        stream=stream,
+    )
+    return checkpointer, start, log
+
+
+def weights_step(step, trained: bool, source: str | None) -> int:
+    """The update count of the weights `step` holds: the optimizer's after training, else that of
+    the checkpoint they were loaded from (0 for none)."""
+    if trained:
+        return int(step.optimizer.iterations)
+    from bert.checkpoints import global_step_of
+
+    return (global_step_of(source) or 0) if source else 0
