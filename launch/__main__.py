@@ -8,6 +8,7 @@ import os
 import sys
 
 from common.errors import UserError
+from common.tensorflow_startup import quiet_startup
 from launch import glue, pretraining, squad, tune
 from launch.engine import plan_launch, usage_line
 from launch.workers import UsageError
@@ -31,6 +32,7 @@ USAGE = (
 
 
 def main(argv=None, environ=None, out=None) -> int:
+    quiet_startup()  # the input checks may import TensorFlow to read a record
     argv = list(sys.argv[1:] if argv is None else argv)
     environ = dict(os.environ if environ is None else environ)
     out = out or sys.stdout

@@ -1,5 +1,6 @@
 """Checkpoint round trips in every layout, the Google <-> Hugging Face name table, strictness,
-what sits beside a checkpoint, and the convert_checkpoint command line."""
+what sits beside a checkpoint, fine-tuning heads (ours and transformers' fine-tuned ones), and the
+convert_checkpoint command line."""
 
 import json
 import os
@@ -10,11 +11,20 @@ import numpy as np
 import pytest
 
 from bert import checkpoints
-from bert.checkpoints import CheckpointMismatchError, load_weights, model_variables
+from bert.checkpoints import (
+    CheckpointMismatchError,
+    load_for_fine_tuning,
+    load_weights,
+    model_variables,
+    save_huggingface,
+)
 from bert.encoder import BertEncoder
+from bert.finetuning import BertClassifier, BertSpanModel
 from bert.pretraining import BertPretrainer
 from common.errors import UserError
 from conftest import ROOT, random_batch
+from finetuning_runs import D
+from tiny_pretraining import CONFIG
 
 
 def _outputs(model, batch):
@@ -112,6 +122,16 @@ def test_missing_checkpoint_and_vocab_mismatch_messages(tiny_config, tmp_path):
         checkpoints.read_tf_checkpoint(str(corrupt))
 
 
+def _reference_outputs(torch, reference, batch):
+    """A transformers model's outputs on one of our input batches."""
+    with torch.no_grad():
+        return reference(
+            input_ids=torch.tensor(batch["input_ids"], dtype=torch.long),
+            attention_mask=torch.tensor(batch["input_mask"], dtype=torch.long),
+            token_type_ids=torch.tensor(batch["segment_ids"], dtype=torch.long),
+        )
+
+
 def test_huggingface_output_loads_in_transformers_with_heads(tiny_config, tmp_path):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
@@ -120,12 +140,7 @@ def test_huggingface_output_loads_in_transformers_with_heads(tiny_config, tmp_pa
     assert json.loads((tmp_path / "config.json").read_text())["architectures"] == ["BertForPreTraining"]
     reference = transformers.BertForPreTraining.from_pretrained(str(tmp_path)).eval()
     batch = random_batch(tiny_config, batch=2, seq=12, predictions=3)
-    with torch.no_grad():
-        out = reference(
-            input_ids=torch.tensor(batch["input_ids"], dtype=torch.long),
-            attention_mask=torch.tensor(batch["input_mask"], dtype=torch.long),
-            token_type_ids=torch.tensor(batch["segment_ids"], dtype=torch.long),
-        )
+    out = _reference_outputs(torch, reference, batch)
     ours = model(batch)
     scores = np.take_along_axis(
         out.prediction_logits.numpy(), batch["masked_lm_positions"][..., None].astype(int), axis=1
@@ -280,3 +295,73 @@ def test_trainer_checkpoint_keeps_training_state_apart(tiny_config, tmp_path):
     assert reader.get_tensor("global_step") == 7
     np.testing.assert_array_equal(reader.get_tensor("training_state/lamb_m/pooler"), np.ones(3))
     assert set(checkpoints.read_tf_checkpoint(str(tmp_path))) == set(model_variables(model))
+
+
+def test_save_huggingface_keeps_the_classifier_head_and_load_for_fine_tuning_reads_it(tmp_path, tiny_config):
+    import keras
+    from safetensors.numpy import load_file, save_file
+
+    keras.utils.set_random_seed(1)
+    source = BertClassifier(tiny_config, 3)
+    source.classifier.output_bias.assign([0.5, -0.25, 1.0])  # not the zeros a fresh head has
+    save_huggingface(source, str(tmp_path / "hf"))
+    tensors = load_file(str(tmp_path / "hf" / "model.safetensors"))
+    assert tensors["classifier.weight"].shape == (3, D) and tensors["classifier.bias"].shape == (3,)
+    np.testing.assert_array_equal(tensors["classifier.bias"], [0.5, -0.25, 1.0])
+    assert "embeddings.word_embeddings.weight" in tensors and "pooler.dense.weight" in tensors
+    # BertForSequenceClassification's own layout: the encoder under "bert.", the head not.
+    prefixed = tmp_path / "prefixed"
+    prefixed.mkdir()
+    save_file(
+        {(k if k.startswith("classifier.") else "bert." + k): v for k, v in tensors.items()},
+        str(prefixed / "model.safetensors"),
+    )
+
+    want = {n: v.numpy() for n, v in model_variables(source).items()}
+    assert "output_weights" in want and "bert/pooler/dense/kernel" in want
+    for checkpoint in (tmp_path / "hf", prefixed):
+        keras.utils.set_random_seed(2)
+        target = BertClassifier(tiny_config, 3)
+        assert load_for_fine_tuning(target, str(checkpoint)) is True
+        got = model_variables(target)
+        assert set(got) == set(want)
+        for name in want:
+            np.testing.assert_array_equal(got[name].numpy(), want[name], err_msg=f"{checkpoint}: {name}")
+
+
+@pytest.mark.parametrize("head", ["classifier", "span"])
+def test_transformers_fine_tuned_checkpoint_loads_with_its_head(tmp_path, head):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from bert.checkpoints import read_config_beside
+
+    torch.manual_seed(0)
+    hf_config = transformers.BertConfig(**CONFIG, num_labels=3 if head == "classifier" else 2)
+    if head == "classifier":
+        reference = transformers.BertForSequenceClassification(hf_config)
+    else:
+        reference = transformers.BertForQuestionAnswering(hf_config)
+    with torch.no_grad():  # a head that is not at its initial values
+        for parameter in reference.parameters():
+            parameter.add_(0.01 * torch.randn_like(parameter))
+    reference.eval().save_pretrained(str(tmp_path / "hf"), safe_serialization=True)
+
+    config = read_config_beside(str(tmp_path / "hf"))
+    model = BertClassifier(config, 3) if head == "classifier" else BertSpanModel(config)
+    assert load_for_fine_tuning(model, str(tmp_path / "hf")) is True
+    rng = np.random.default_rng(0)
+    batch = {
+        "input_ids": rng.integers(5, CONFIG["vocab_size"], (2, 12)).astype("int32"),
+        "input_mask": np.array([[1] * 12, [1] * 7 + [0] * 5], "int32"),
+        "segment_ids": np.array([[0] * 6 + [1] * 6, [0] * 4 + [1] * 3 + [0] * 5], "int32"),
+    }
+    out = _reference_outputs(torch, reference, batch)
+    ours = model(batch)
+    if head == "classifier":
+        assert ours["logits"].shape == (2, 3)
+        assert np.abs(ours["logits"].numpy() - out.logits.numpy()).max() <= 1e-5
+    else:
+        real = batch["input_mask"].astype(bool)  # HF does not mask the padded positions' logits
+        for name in ("start_logits", "end_logits"):
+            got, want = ours[name].numpy(), getattr(out, name).numpy()
+            assert np.abs(got[real] - want[real]).max() <= 1e-5

@@ -1,4 +1,4 @@
-"""Test data for fine-tuning runs, shared by tests/test_finetuning.py and tests/test_tuning.py:
+"""Test data for fine-tuning runs, shared by tests/test_finetuning_job.py and tests/test_tuning.py:
 model files (a vocab holding every word of some texts and a tiny bert_config.json sized to it)
 and a task a tiny BERT learns from random init in a few hundred updates (word order)."""
 
