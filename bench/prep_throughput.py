@@ -45,7 +45,8 @@ from typing import Callable
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from data.corpus import stdlib_text  # noqa: E402  (after the path insert)
+from common.files import atomic_write  # noqa: E402  (after the path insert)
+from data.corpus import stdlib_text  # noqa: E402
 
 SETTINGS = dict(
     max_seq_length=128, max_predictions_per_seq=20, dupe_factor=5, masked_lm_prob=0.15, random_seed=12345
@@ -112,7 +113,7 @@ def _formatted(corpus):
     """The corpus as data.prep's formatted input (one document per line), cached beside it."""
     path = corpus[: -len(".txt")] + ".formatted.txt"
     if not os.path.exists(path):
-        with open(corpus, encoding="utf-8") as src, open(path + ".partial", "w", encoding="utf-8") as out:
+        with open(corpus, encoding="utf-8") as src, atomic_write(path) as out:
             document = []
             for line in src:
                 if line.strip():
@@ -122,7 +123,6 @@ def _formatted(corpus):
                     document = []
             if document:
                 out.write(" ".join(document) + "\n")
-        os.replace(path + ".partial", path)
     return path
 
 

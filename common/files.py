@@ -2,8 +2,10 @@
 
 Every write in the project goes through `atomic_write` / `atomic_path`: the data lands in
 `.<name>.tmp-<pid>` in the same directory, is fsynced, renamed over the final name (atomic on
-POSIX) and the directory entry is fsynced. A killed process leaves only hidden temporaries that
-match TEMP_GLOB, which `remove_stale_temporaries` clears and every reader ignores.
+POSIX) and the directory entry is fsynced. `commit` is that last step alone, for a file that
+another program wrote under a name of its own choosing; it is the only place that renames. A
+killed process leaves only hidden temporaries that match TEMP_GLOB, which
+`remove_stale_temporaries` clears and every reader ignores.
 """
 
 from __future__ import annotations
@@ -43,7 +45,13 @@ def fsync_directory(directory: str) -> None:
 
 
 def commit(temporary: str, final: str) -> None:
-    """fsyncs `temporary` (a file, or a directory tree) and renames it to `final`."""
+    """fsyncs `temporary` (a file, or a directory tree) and renames it to `final`, replacing
+    whatever file or directory is there.
+
+    `temporary` need not be named by `temporary_name`: a file another program wrote (a compiler's
+    output, a trainer's model, a resumable `.part` download) is published the same way, as long as
+    it lies on the same file system as `final`.
+    """
     if os.path.isdir(temporary):
         # Every file and folder of the tree (a SavedModel nests variables/ and assets/).
         for folder, _, names in os.walk(temporary, topdown=False):
@@ -51,17 +59,18 @@ def commit(temporary: str, final: str) -> None:
                 with open(os.path.join(folder, name), "rb") as f:
                     os.fsync(f.fileno())
             fsync_directory(folder)
-        if os.path.isdir(final):
-            # os.replace cannot replace a non-empty directory; move the old one aside first.
-            old = temporary_name(final) + ".old"
-            os.replace(final, old)
-            os.replace(temporary, final)
-            _remove(old)
-        else:
-            os.replace(temporary, final)
     else:
         with open(temporary, "rb+") as f:
             os.fsync(f.fileno())
+    if os.path.isdir(final) or (os.path.isdir(temporary) and os.path.lexists(final)):
+        # os.replace cannot put anything over a non-empty directory, nor a directory over a file:
+        # the old one is moved aside first, so `final` is never missing for longer than a rename.
+        old = temporary_name(final) + ".old"
+        _remove(old)
+        os.replace(final, old)
+        os.replace(temporary, final)
+        _remove(old)
+    else:
         os.replace(temporary, final)
     fsync_directory(os.path.dirname(os.path.abspath(final)))
 

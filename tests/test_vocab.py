@@ -83,8 +83,14 @@ def test_wordpiece_training_puts_the_special_tokens_first(tmp_path, shards):
 
 
 def test_sentencepiece_training_has_bert_special_pieces(tmp_path, shards):
-    stats = vocab.build_vocab(shards, str(tmp_path / "v"), kind="sentencepiece", vocab_size=120, log=_quiet)
+    out = tmp_path / "v"
+    out.mkdir()
+    (out / ".spm_training.tmp-1.model").write_text("left by a killed run")
+    stats = vocab.build_vocab(shards, str(out), kind="sentencepiece", vocab_size=120, log=_quiet)
     assert stats["path"].endswith("spm.model")
+    # SentencePiece's listing is published beside the model; the killed run's temporary is gone.
+    assert sorted(os.listdir(out)) == ["manifest.json", "spm.model", "spm.vocab"]
+    assert (out / "spm.vocab").read_text().split("\n")[0].split("\t")[0] == "[PAD]"
     tokenizer = build_tokenizer(spm_model_file=stats["path"], do_lower_case=True)
     assert [tokenizer.convert_ids_to_tokens([i])[0] for i in range(5)] == list(SPECIAL_TOKENS)
     ids = tokenizer.encode("The contract shall be governed by the laws.")

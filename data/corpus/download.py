@@ -31,7 +31,7 @@ import urllib.request
 import zipfile
 
 from common.errors import UserError
-from common.files import atomic_write, ensure_writable_dir, sha256_file, temporary_name
+from common.files import atomic_write, commit, ensure_writable_dir, sha256_file, temporary_name
 from data import paths
 from data.manifest import Manifest
 
@@ -473,7 +473,7 @@ def fetch(
             with contextlib.suppress(FileNotFoundError):
                 os.remove(leftover)
         raise DownloadError(f"{e} The partial download was deleted; re-run to fetch it again.") from None
-    os.replace(part, dest)
+    commit(part, dest)
     with contextlib.suppress(FileNotFoundError):
         os.remove(meta_path)
     return {
@@ -511,12 +511,7 @@ def _extract_zip(archive: str, target_dir: str, member_sha256=()) -> list[str]:
     for entry in sorted(os.listdir(staging)):
         if entry == "__MACOSX":
             continue
-        final = os.path.join(target_dir, entry)
-        if os.path.isdir(final):
-            shutil.rmtree(final)
-        elif os.path.exists(final):
-            os.remove(final)
-        os.replace(os.path.join(staging, entry), final)
+        commit(os.path.join(staging, entry), os.path.join(target_dir, entry))
         moved.append(entry)
     shutil.rmtree(staging, ignore_errors=True)
     return moved

@@ -25,7 +25,14 @@ import time
 
 from bert.tokenization import SPECIAL_TOKENS, check_special_tokens, load_vocab
 from common.errors import UserError
-from common.files import atomic_path, atomic_write, ensure_writable_dir
+from common.files import (
+    atomic_path,
+    atomic_write,
+    commit,
+    ensure_writable_dir,
+    remove_stale_temporaries,
+    temporary_name,
+)
 from data.manifest import Manifest, input_identity
 
 VOCAB_KINDS = ("wordpiece", "sentencepiece")
@@ -136,7 +143,9 @@ def train_sentencepiece(
     import sentencepiece as spm
 
     directory = os.path.dirname(os.path.abspath(output_file))
-    prefix = os.path.join(directory, f".spm_training_{os.getpid()}")
+    # SentencePiece names its outputs <prefix>.model and <prefix>.vocab itself; a temporary_name
+    # prefix makes a killed run's files ones that readers ignore and build_vocab clears.
+    prefix = temporary_name(os.path.join(directory, "spm_training"))
     extra = special_tokens(unused_tokens)[2:]  # [CLS] [SEP] [MASK] [unused..]
     try:
         with open(os.devnull, "w") as quiet:
@@ -163,10 +172,9 @@ def train_sentencepiece(
             )
     except (RuntimeError, OSError) as e:
         raise UserError(f"SentencePiece training on {len(files)} shard(s) failed: {e}") from None
-    with atomic_path(output_file) as temporary:
-        os.replace(prefix + ".model", temporary)
-    vocab_listing = os.path.splitext(output_file)[0] + ".vocab"
-    os.replace(prefix + ".vocab", vocab_listing)
+    # The listing first: a model under its final name always has its listing beside it.
+    commit(prefix + ".vocab", os.path.splitext(output_file)[0] + ".vocab")
+    commit(prefix + ".model", output_file)
     processor = spm.SentencePieceProcessor(model_file=output_file)
     return processor.GetPieceSize()
 
@@ -216,6 +224,8 @@ def build_vocab(
     if manifest.verified(name, verify):
         log(f"[vocab] {output} is complete and verified; skipped.")
         return {**manifest.counts(name), "path": output, "skipped": True}
+    if remove_stale_temporaries(output_dir):
+        log(f"[vocab] removed the temporary files of an interrupted run in {output_dir}.")
     start = time.monotonic()
     if kind == "wordpiece":
         size = train_wordpiece(

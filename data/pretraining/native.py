@@ -3,9 +3,9 @@
 The C file is compiled on first use with the system C compiler (`cc -O2 -shared`) into
 data/__pycache__/ (or a per-user temporary directory when that is read-only) under a name
 keyed by the source's hash, so edits rebuild and concurrent processes never load a
-half-written library (they compile to a temporary name and rename). Without a compiler,
-`load(required=False)` returns None and callers fall back to the pure-Python modules
-(data/pretraining/instances.py, masking.py), which give identical output, only slower.
+half-written library (they compile to a temporary that common.files.atomic_path renames).
+Without a compiler, `load(required=False)` returns None and callers fall back to the pure-Python
+modules (data/pretraining/instances.py, masking.py), which give identical output, only slower.
 
 Random numbers: `MTState.from_random(rng)` copies a random.Random's Mersenne Twister state
 into C; `MTState.store(rng)` copies it back, so the Python object ends exactly where the
@@ -26,6 +26,8 @@ import threading
 from pathlib import Path
 
 import numpy as np
+
+from common.files import atomic_path, atomic_write
 
 _SOURCE = Path(__file__).with_name("native.c")
 _CFLAGS = ["-O2", "-shared", "-fPIC", "-std=c99", "-ffp-contract=off", "-fno-fast-math"]
@@ -142,13 +144,12 @@ def _build():
             return ctypes.CDLL(str(target))
         try:
             directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-            partial = directory / f".instances_native-{tag}.{os.getpid()}.tmp"
-            result = subprocess.run(
-                [cc, *_CFLAGS, "-o", str(partial), str(_SOURCE), "-lm"], capture_output=True, text=True
-            )
-            if result.returncode != 0:
-                raise RuntimeError(f"{cc} failed: {result.stderr.strip()[-2000:]}")
-            os.replace(partial, target)
+            with atomic_path(str(target)) as partial:
+                result = subprocess.run(
+                    [cc, *_CFLAGS, "-o", partial, str(_SOURCE), "-lm"], capture_output=True, text=True
+                )
+                if result.returncode != 0:
+                    raise RuntimeError(f"{cc} failed: {result.stderr.strip()[-2000:]}")
             return ctypes.CDLL(str(target))
         except OSError as e:
             errors.append(f"{directory}: {e}")
@@ -594,9 +595,9 @@ def _cached_character_table(hf, strips_accents):
     for directory in _build_dirs():
         try:
             directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-            partial = directory / f".wordpiece-chars-{key}.{os.getpid()}.npz"
-            np.savez(partial, cls=table[0], rep_off=table[1], rep=table[2])
-            os.replace(partial, directory / f"wordpiece-chars-{key}.npz")
+            # A file object: given a path, np.savez would append ".npz" to the temporary's name.
+            with atomic_write(str(directory / f"wordpiece-chars-{key}.npz"), "wb") as f:
+                np.savez(f, cls=table[0], rep_off=table[1], rep=table[2])
             break
         except OSError:
             continue
