@@ -364,12 +364,8 @@ def run(s: FineTuningSettings, task, stream=None) -> dict:
     before any model is built."""
     validate(s)
     task.validate(do_train=s.do_train, do_eval=s.do_eval, do_predict=s.do_predict)
-    with job.worker(
-        use_horovod=s.use_horovod, deterministic=s.deterministic, stream=stream or sys.stdout
-    ) as (
-        dist,
-        out,
-    ):
+    stream = stream if stream is not None else sys.stdout
+    with job.worker(s.use_horovod, s.deterministic, stream) as (dist, out):
         plan = _plan(s, task, dist, out)
         step = _build_step(s, task, plan, dist, out)
         result = {

@@ -2,7 +2,7 @@
 and bench/pretrain_throughput.py take their worker, update, model and report from here, so each
 is built one way.
 
-    with job.worker(use_horovod=..., deterministic=..., stream=stream) as (dist, out):
+    with job.worker(use_horovod, deterministic, stream) as (dist, out):
         update = job.Update(batch_size, accumulation_steps, learning_rate, dist.size, optimizer_type)
         update.global_batch_size, update.peak_learning_rate   # B x k x W and lr x W, here alone
         job.report("pretraining", {**update.describe(), ...}, out, path)  # print, resolved_config.json
@@ -27,7 +27,7 @@ RESOLVED_CONFIG_NAME = "resolved_config.json"
 
 
 @contextlib.contextmanager
-def worker(*, use_horovod: bool, deterministic: bool, stream):
+def worker(use_horovod: bool, deterministic: bool, stream):
     """(Distributed, out) for one job. Exact resume needs TF op determinism, set here before any
     op runs when `deterministic`."""
     import tensorflow as tf

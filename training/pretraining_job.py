@@ -148,6 +148,7 @@ class _Plan:
     """What the cheap checks found: the job before any model exists."""
 
     config: object  # BertConfig
+    update: job.Update
     train_files: list  # this worker's
     train_data: object  # tf.data.Dataset, or None without --do_train
     eval_data: object  # rank 0's, or None
@@ -195,7 +196,9 @@ def _plan(s: PretrainingSettings, dist, out) -> _Plan:
     if dist.is_chief:
         job.report("pretraining", resolved, out, os.path.join(s.output_dir, job.RESOLVED_CONFIG_NAME))
         write_model_files(config, s.vocab_file, s.output_dir)
-    return _Plan(config, mine, train_data, eval_data, resume_from, init_step, resolved)
+    return _Plan(
+        config, update_of(s, dist.size), mine, train_data, eval_data, resume_from, init_step, resolved
+    )
 
 
 def _build_step(s: PretrainingSettings, plan: _Plan, dist, out):
@@ -228,7 +231,7 @@ def _build_step(s: PretrainingSettings, plan: _Plan, dist, out):
             ),
             file=out,
         )
-    return update_of(s, dist.size).build(
+    return plan.update.build(
         model,
         PretrainingObjective(),
         warmup_steps=s.num_warmup_steps,
@@ -247,7 +250,7 @@ def _train(s: PretrainingSettings, plan: _Plan, step, out):
     checkpointer, start, log = job.resume_training(
         step,
         iterator,
-        update_of(s, step.distributed.size),
+        plan.update,
         output_dir=s.output_dir,
         train_steps=s.num_train_steps,
         keep=s.keep_checkpoints,
@@ -298,12 +301,8 @@ def run(s: PretrainingSettings, stream=None) -> dict:
     metrics or None), "eval" (or None), "throughput"}. Problems the user can fix raise UserError
     before any model is built."""
     validate(s)
-    with job.worker(
-        use_horovod=s.use_horovod, deterministic=s.deterministic, stream=stream or sys.stdout
-    ) as (
-        dist,
-        out,
-    ):
+    stream = stream if stream is not None else sys.stdout
+    with job.worker(s.use_horovod, s.deterministic, stream) as (dist, out):
         plan = _plan(s, dist, out)
         step = _build_step(s, plan, dist, out)
         result = {
