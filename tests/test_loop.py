@@ -291,3 +291,98 @@ def test_a_resumed_log_drops_what_the_interrupted_run_logged_past_its_checkpoint
     assert entries[-1]["loss"] == 2.0 and set(entries[-1]) >= LOG_KEYS
     # Throughput leaves out the process's first (compiling) update: 2 updates x 2 sequences / 1 s.
     assert log.throughput() == pytest.approx(4.0)
+
+
+def _signal_at(batches, index, number):
+    """The batches, with `number` sent to this process as batch `index` is drawn."""
+    import signal
+
+    for i, batch in enumerate(batches):
+        if i == index:
+            signal.raise_signal(number)
+        yield batch
+
+
+@pytest.mark.parametrize("notice", ["SIGUSR1", "SIGTERM", "STOP file"])
+def test_a_preemption_notice_checkpoints_the_update_reached_and_the_rerun_ends_identical(
+    tmp_path, tiny_config, notice
+):
+    import signal
+
+    from common.errors import Preempted
+    from training.preemption import StopRequests
+
+    batches = _batches(tiny_config, 8)
+    whole = tmp_path / "whole"
+    whole.mkdir()
+    reference = _step(tiny_config)
+    loop.train(
+        reference,
+        iter(batches),
+        Checkpointer(str(whole), reference, keep=5),
+        _log(whole, 8, every=4),
+        num_train_steps=8,
+        save_checkpoints_steps=4,
+    )
+
+    out = tmp_path / "preempted"
+    out.mkdir()
+    step = _step(tiny_config)
+    if notice == "STOP file":
+        (out / "STOP").write_text("")  # before the run: it stops before its first update...
+        with StopRequests(str(out)) as stop, pytest.raises(Preempted, match="no checkpoint was written"):
+            loop.train(
+                step,
+                iter(batches),
+                Checkpointer(str(out), step),
+                _log(out, 8, every=4),
+                num_train_steps=8,
+                save_checkpoints_steps=4,
+                stop=stop,
+            )
+        assert int(step.optimizer.iterations) == 0
+        stop.clear_stale_file()  # ...and a new run clears it before it starts
+        assert not (out / "STOP").exists()
+
+        def with_file():  # the notice arrives with the 6th micro-batch, as the signals below
+            yield from batches[:5]
+            (out / "STOP").write_text("")
+            yield from batches[5:]
+
+        data = with_file()
+    else:
+        data = _signal_at(batches, 5, getattr(signal, notice))
+    handler = signal.getsignal(signal.SIGTERM)
+    with StopRequests(str(out)) as stop:
+        with pytest.raises(Preempted) as stopped:
+            loop.train(
+                step,
+                data,
+                Checkpointer(str(out), step, keep=5),
+                _log(out, 8, every=4),
+                num_train_steps=8,
+                save_checkpoints_steps=4,
+                stop=stop,
+            )
+    assert signal.getsignal(signal.SIGTERM) is handler  # the handlers are put back
+    # The update in flight when the notice came (the 6th) finished; no other started.
+    assert int(step.optimizer.iterations) == 6
+    assert f"({notice}) at step 6: {out}/ckpt-6 holds step 6" in str(stopped.value)
+    assert latest_checkpoint(str(out)).endswith("ckpt-6")
+
+    (out / "STOP").unlink(missing_ok=True)
+    resumed = _step(tiny_config)
+    checkpointer = Checkpointer(str(out), resumed, keep=5)
+    assert loop.resume(checkpointer, resumed) == 6
+    loop.train(
+        resumed,
+        iter(batches[6:]),
+        checkpointer,
+        _log(out, 8, start=6, every=4),
+        num_train_steps=8,
+        save_checkpoints_steps=4,
+    )
+    for a, b in zip(reference.model.weights, resumed.model.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    for a, b in zip(reference.state_variables, resumed.state_variables):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())

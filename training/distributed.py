@@ -125,6 +125,15 @@ class Distributed:
 
         return self._hvd.broadcast(tf.convert_to_tensor(value), root_rank, name="broadcast_value").numpy()
 
+    def any(self, flag: bool) -> bool:
+        """Whether `flag` is true on any worker. Every worker calls it, at the same point."""
+        if self.size == 1:
+            return bool(flag)
+        import tensorflow as tf
+
+        total = self._hvd.allreduce(tf.constant([int(bool(flag))]), op=self._hvd.Sum, name="any_flag")
+        return bool(total.numpy()[0] > 0)
+
     def barrier(self) -> None:
         """Returns once every worker has called it (a tiny allreduce)."""
         if self.size > 1:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import time
 
-from common.errors import UserError
+from common.errors import Preempted, UserError
 from common.files import write_json
 
 EVAL_RESULTS_NAME = "eval_results.json"
@@ -61,6 +61,19 @@ def _diverged(checkpointer, at_step: int, metrics: dict, why: str) -> TrainingDi
     )
 
 
+def _preempted(checkpointer, stop, start: int, current: int) -> Preempted:
+    """Saves the step reached (unless the latest checkpoint already holds it) and says so."""
+    latest = checkpointer.latest()
+    if current > start and not (latest and latest.endswith(f"ckpt-{current}")):
+        checkpointer.save(current)
+        latest = checkpointer.latest()
+    where = f"{latest} holds step {current}" if latest else "no checkpoint was written (no update yet)"
+    return Preempted(
+        f"Stopped for a preemption notice ({stop.reason()}) at step {current}: {where}; "
+        "re-running the same command continues from there."
+    )
+
+
 def _next_read(current: int, first: bool, every: tuple[int, ...], last: int) -> int:
     """The step at which the loop next reads the device: the first update of a process alone
     until one is applied (it compiles, so its time is not a steady update's), else the next
@@ -80,12 +93,17 @@ def train(
     num_train_steps: int,
     save_checkpoints_steps: int,
     periodic=None,
+    stop=None,
 ) -> dict | None:
     """Runs updates from optimizer.iterations to `num_train_steps`; returns the last metrics
     (None when there was nothing left to do).
 
     periodic: (n, callback): callback(step) runs on every worker after each step that is a
     multiple of n (and after its checkpoint); fine-tuning's periodic dev evaluation hangs here.
+
+    stop: training.preemption.StopRequests (or None). Asked before each update; once any worker
+    has a preemption notice, every worker stops queueing at that same update, the queued updates
+    are read, a checkpoint is written at the step reached, and Preempted is raised.
 
     micro_batches: an iterator of feature dicts (this worker's input; its position is what the
     checkpointer saves). Every worker runs this function; only rank 0 writes the checkpoint
@@ -109,8 +127,13 @@ def train(
         while current < num_train_steps:
             target = _next_read(current, current == start, every, num_train_steps)
             started = time.perf_counter()
-            dispatched = [step.dispatch(micro_batches) for _ in range(target - current)]
-            results = step.read(dispatched)
+            dispatched, stopping = [], False
+            while len(dispatched) < target - current:
+                if stop is not None and stop.stop_now():
+                    stopping = True
+                    break
+                dispatched.append(step.dispatch(micro_batches))
+            results = step.read(dispatched) if dispatched else []
             applied = sum(r["applied"] for r in results)
             seconds = (time.perf_counter() - started) / max(applied, 1)
             for metrics in results:
@@ -129,6 +152,8 @@ def train(
                 scale_before = metrics["loss_scale"]
                 current += 1
                 log.record(current, metrics, seconds)
+            if stopping:
+                raise _preempted(checkpointer, stop, start, current)
             if current < target:
                 continue  # skipped fp16 updates left it short: queue the missing ones
             if current % save_checkpoints_steps == 0 or current == num_train_steps:

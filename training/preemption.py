@@ -1,0 +1,77 @@
+"""Stopping for a preemption: a notice reaches any worker, every worker stops at the same update,
+one checkpoint holds everything an exact resume needs, and the process exits with
+common.errors.PREEMPTED_EXIT_STATUS (75) so a scheduler can requeue the same command.
+
+How a notice arrives:
+- SIGTERM (Kubernetes, SLURM at the time limit, cloud evictions) or SIGUSR1 (SLURM's
+  `--signal=USR1@120` warning) to the worker process;
+- the file STOP in the output directory (`touch <output_dir>/STOP`): the launchers write it when
+  they themselves get the signal, rather than signalling horovodrun or mpirun, which would kill
+  the workers a few seconds later whatever they were doing.
+
+Agreement: the loop asks `stop_now()` before each update; with several workers the local notices
+are summed across workers (a one-number allreduce on the host), so all of them see a notice that
+reached any one at the same update boundary, and none queues an update the others will not.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+STOP_FILE_NAME = "STOP"
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+
+
+class StopRequests:
+    """A worker's preemption notices, and the agreement on them across workers.
+
+    output_dir: where the STOP file is looked for (every worker sees the same directory).
+    distributed: training.distributed.Distributed (None: one worker)."""
+
+    def __init__(self, output_dir: str, distributed=None):
+        self.stop_file = os.path.join(output_dir, STOP_FILE_NAME)
+        self.distributed = distributed
+        self.received = None  # the first stop signal's name, once one arrived
+        self._previous = {}
+
+    def __enter__(self):
+        """Installs the signal handlers (main thread only, as Python requires)."""
+        for number in STOP_SIGNALS:
+            self._previous[number] = signal.signal(number, self._on_signal)
+        return self
+
+    def __exit__(self, *exc):
+        for number, handler in self._previous.items():
+            signal.signal(number, handler)
+        self._previous.clear()
+        return False
+
+    def _on_signal(self, number, frame) -> None:
+        if self.received is None:
+            self.received = signal.Signals(number).name
+
+    def clear_stale_file(self) -> None:
+        """Removes a STOP file left by an earlier, preempted run (call on one worker, before the
+        workers first agree on anything): the notice it carried has been honoured."""
+        try:
+            os.remove(self.stop_file)
+        except FileNotFoundError:
+            pass
+
+    def local(self) -> str | None:
+        """This worker's notice: the signal's name, "STOP file", or None."""
+        if self.received:
+            return self.received
+        return "STOP file" if os.path.exists(self.stop_file) else None
+
+    def stop_now(self) -> bool:
+        """Whether any worker has a notice. Every worker calls it at the same update boundary."""
+        mine = self.local() is not None
+        if self.distributed is None or self.distributed.size == 1:
+            return mine
+        return self.distributed.any(mine)
+
+    def reason(self) -> str:
+        """What this worker saw, for the message (another worker's notice when it saw none)."""
+        return self.local() or "another worker's notice"
