@@ -79,11 +79,15 @@ class Launcher:
 @dataclasses.dataclass
 class Step:
     """One command of the plan. `banner` prints "== SCRIPT: BANNER starts (time) ==" first;
-    `failure` is printed (with {status} filled in) when the command fails."""
+    `failure` is printed (with {status} filled in) when the command fails. `stop_file` is where
+    the launcher asks the command to stop for a preemption (training/preemption.py's STOP file in
+    its output directory) when it gets SIGTERM, SIGUSR1 or SIGINT; without one, the launcher
+    passes the signal on."""
 
     argv: list
     banner: str = ""
     failure: str = ""
+    stop_file: str = ""
 
 
 @dataclasses.dataclass
@@ -447,7 +451,7 @@ def summary(launch: Launch, plan: Plan) -> str:
 
 
 def plan_text(script: str, steps, done: str) -> str:
-    """The plan as bash: STEPS=N, STEP_i=(argv...), STEP_i_BANNER, STEP_i_FAILURE, DONE."""
+    """The plan as bash: STEPS=N, STEP_i=(argv...), STEP_i_BANNER, STEP_i_FAILURE, STEP_i_STOP, DONE."""
     out = [f"STEPS={len(steps)}"]
     for i, step in enumerate(steps, 1):
         out.append(f"STEP_{i}=({' '.join(shlex.quote(str(a)) for a in step.argv)})")

@@ -11,6 +11,7 @@ import shutil
 from common.errors import UserError
 from data import paths as data_paths
 from launch.engine import PathOption, Plan, Setting, Step, absolute
+from training.preemption import STOP_FILE_NAME
 
 GOOGLE_MODELS = {"base": "uncased_L-12_H-768_A-12", "large": "uncased_L-24_H-1024_A-16"}
 
@@ -191,10 +192,14 @@ def require_program(program: str) -> None:
         )
 
 
-def fine_tuning_plan(launch, command: list, notes: list, check_inputs, report: list | None = None) -> Plan:
+def fine_tuning_plan(
+    launch, command: list, notes: list, check_inputs, report: list | None = None, stop_file: bool = True
+) -> Plan:
     """The ending every fine-tuning launcher shares: after the summary, `check_inputs()`, the
     launcher program and the output directory; then the entry point, then (rank 0) the report:
-    `report` steps' argv, or by default the metrics the entry point wrote."""
+    `report` steps' argv, or by default the metrics the entry point wrote. With `stop_file`, a
+    signal to the launcher asks the entry point to stop through the STOP file in its output
+    directory (a checkpoint, then exit status 75); without, the signal is passed on."""
     from common.files import ensure_writable_dir
     from launch.engine import started_at
 
@@ -214,6 +219,7 @@ def fine_tuning_plan(launch, command: list, notes: list, check_inputs, report: l
         steps = [
             Step(
                 command,
+                stop_file=os.path.join(out, STOP_FILE_NAME) if stop_file else "",
                 banner=f"{entry}" if chief else "",
                 failure=f"{entry} stopped with exit status {{status}} (see above); re-running the same command "
                 f"continues from the latest checkpoint in {out}.",

@@ -19,6 +19,7 @@ from common.errors import UserError
 from data import paths as data_paths
 from launch.engine import Launcher, PathOption, Plan, Setting, Step
 from launch.workers import UsageError
+from training.preemption import STOP_FILE_NAME
 
 # (max_seq_length, max_predictions_per_seq) per phase: NVIDIA's recipe as data.paths holds it.
 PHASE_SHAPES = {
@@ -385,6 +386,7 @@ def plan(launch, which: str) -> Plan:
             steps.append(
                 Step(
                     commands[n],
+                    stop_file=os.path.join(output, STOP_FILE_NAME),
                     banner=f"phase {n}",
                     failure=f"phase {n} stopped with exit status {{status}}; fix the cause and re-run the same "
                     "command: each phase resumes from its latest checkpoint.",

@@ -85,7 +85,7 @@ def plan(launch):
         ft.require_model_files(launch, ft.bert_dir_hint(t["bert_model"]))
 
     ending = ["echo", f"== {launch.script}: study in {out} (trials.tsv, best_trial.json, plots) =="]
-    return ft.fine_tuning_plan(launch, command, notes, check_inputs, report=ending)
+    return ft.fine_tuning_plan(launch, command, notes, check_inputs, report=ending, stop_file=False)
 
 
 LAUNCHER = Launcher(

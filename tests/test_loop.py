@@ -330,6 +330,7 @@ def test_a_preemption_notice_checkpoints_the_update_reached_and_the_rerun_ends_i
     step = _step(tiny_config)
     if notice == "STOP file":
         (out / "STOP").write_text("")  # before the run: it stops before its first update...
+        os.utime(out / "STOP", (1, 1))  # (written by an earlier run)
         with StopRequests(str(out)) as stop, pytest.raises(Preempted, match="no checkpoint was written"):
             loop.train(
                 step,

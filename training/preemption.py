@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 STOP_FILE_NAME = "STOP"
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
@@ -34,6 +35,7 @@ class StopRequests:
         self.distributed = distributed
         self.received = None  # the first stop signal's name, once one arrived
         self._previous = {}
+        self._created = time.time()
 
     def __enter__(self):
         """Installs the signal handlers (main thread only, as Python requires)."""
@@ -52,10 +54,12 @@ class StopRequests:
             self.received = signal.Signals(number).name
 
     def clear_stale_file(self) -> None:
-        """Removes a STOP file left by an earlier, preempted run (call on one worker, before the
-        workers first agree on anything): the notice it carried has been honoured."""
+        """Removes a STOP file that an earlier, preempted run left (call on one worker, before the
+        workers first agree on anything): its notice has been honoured. One written since this
+        object was made is a new notice and stays."""
         try:
-            os.remove(self.stop_file)
+            if os.path.getmtime(self.stop_file) < self._created:
+                os.remove(self.stop_file)
         except FileNotFoundError:
             pass
 
