@@ -18,8 +18,16 @@ fixed at that value. Without either: learning rate 1e-5..1e-4 log-uniform, batch
 given take run_classifier.py's / run_squad.py's defaults.
 
 --storage defaults to <output_dir>/study.db (SQLite). Re-running the same command continues the
-study; a trial whose worker died is recorded as failed and replaced. --num_gpus > 1 launches each
+study; a trial whose worker died is recorded as failed (after 3 missed --heartbeat_seconds) and
+re-queued with the same parameters (--trial_retries times at most). --num_gpus > 1 launches each
 trial through horovodrun (--launcher_args, e.g. "--gloo -H localhost:2").
+
+    # a live view of the study (every worker's trials) in a browser: optuna-dashboard
+    python run_tune.py --dashboard --storage=postgresql://user:pass@db-host/optuna   # or --output_dir
+    bash scripts/run_tune.sh MRPC ... -- --dashboard                                  # the launcher's study
+
+--dashboard runs no trial: it serves the dashboard on --dashboard_host:--dashboard_port until
+Ctrl-C.
 """
 
 from __future__ import annotations
@@ -100,6 +108,16 @@ def define_flags(fv) -> None:
         "(default $LAUNCHER_ARGS).",
     )
     integer("heartbeat_seconds", 60, "Trial heartbeat; a trial silent for 3 beats is marked failed.")
+    integer("trial_retries", 2, "Times a trial whose worker died is re-queued with the same parameters.")
+    flags.DEFINE_boolean(
+        "dashboard",
+        False,
+        "Serve optuna-dashboard on the study's storage (--storage, else --output_dir's study.db) "
+        "instead of running trials.",
+        flag_values=fv,
+    )
+    string("dashboard_host", "127.0.0.1", "Address the dashboard listens on (0.0.0.0: every interface).")
+    integer("dashboard_port", 8080, "Port of the dashboard (0: a free one, printed).")
 
 
 def _space(F):
@@ -172,6 +190,12 @@ def run(F) -> int:
     from common.errors import UserError
     from training import tuning
 
+    if F.dashboard:  # the study's storage is all it needs: no task, no trial
+        if not (F.storage or F.output_dir):
+            raise UserError("--dashboard needs --storage or --output_dir (the study's study.db).")
+        url = tuning.study_storage_url(F.storage, F.output_dir)
+        tuning.serve_dashboard(url, F.dashboard_host, F.dashboard_port)
+        return 0
     cli.required(F, "task_name", "output_dir")
     squad = tuning.is_squad(F.task_name)
     tuning.task_metrics(F.task_name, F.version_2_with_negative)  # an unknown task, first
@@ -199,6 +223,7 @@ def run(F) -> int:
         num_gpus=F.num_gpus,
         trial_prefix=_trial_prefix(F),
         heartbeat_seconds=F.heartbeat_seconds,
+        trial_retries=F.trial_retries,
     )
     tuning.validate(settings)
     _check_task(F, squad, eval_every)

@@ -17,7 +17,6 @@ import json
 import os
 import signal
 import sqlite3
-import subprocess
 import sys
 import time
 
@@ -26,48 +25,23 @@ import pytest
 import tensorflow as tf
 
 import run_tune
-from conftest import ROOT, logged_steps, worker_env
+from conftest import ROOT, logged_steps
 from launch.workers import trial_prefix
 from training import search_space, tuning, tuning_report
-from word_order import write_model_files, write_word_order_task
-
-GOOD, BAD = 1e-3, 1e-7
-# 4 epochs of the 1,600 training rows at batch 32 = 200 updates, the dev set scored every 25.
-TRIAL_FLAGS = {
-    "task_name": "SST-2",
-    "max_seq_length": 32,
-    "train_batch_size": 32,
-    "num_train_epochs": 4,
-    "predict_batch_size": 100,
-    "use_xla": "false",
-    "log_every_n_steps": 25,
-    "save_checkpoints_steps": 100,
-    "eval_every_n_steps": 25,
-}
-UPDATES = 200
+from tuning_workers import BAD, GOOD, UPDATES, console, read_table, start_worker, started_trial, tune_argv
+from word_order import write_model_files
 
 
 @pytest.fixture(scope="module")
-def task(tmp_path_factory):
-    return write_word_order_task(tmp_path_factory.mktemp("word_order"))
+def task(word_order_task):
+    return word_order_task
 
 
-def _argv(task, output_dir, **values):
-    values = {
-        "data_dir": task["data_dir"],
-        "bert_config_file": task["bert_config_file"],
-        "vocab_file": task["vocab_file"],
-        "output_dir": str(output_dir),
-        **TRIAL_FLAGS,
-        **values,
-    }
-    return [f"--{k}={v}" for k, v in values.items() if v is not None]
+_argv = tune_argv
 
 
 def _rows(output_dir):
-    with open(os.path.join(output_dir, "trials.tsv"), encoding="utf-8") as f:
-        header, *lines = [line.rstrip("\n").split("\t") for line in f]
-    return [dict(zip(header, line)) for line in lines]
+    return read_table(os.path.join(output_dir, "trials.tsv"))
 
 
 def _study(output_dir, name=None):
@@ -160,21 +134,7 @@ def _worker(task, out, log_path, **values):
         heartbeat_seconds=2,
         **values,
     )
-    log = open(log_path, "w")
-    command = [sys.executable, os.path.join(ROOT, "run_tune.py"), *argv]
-    return subprocess.Popen(command, cwd=ROOT, env=worker_env(), stdout=log, stderr=subprocess.STDOUT)
-
-
-def _started_trial(log_path, worker, timeout_s=180):
-    """The number of the first trial a worker's console announces."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        assert worker.poll() is None, open(log_path).read()
-        for line in open(log_path):
-            if "] trial " in line and "->" in line:
-                return int(line.split("] trial ")[1].split(":")[0])
-        time.sleep(0.2)
-    raise AssertionError("the worker started no trial")
+    return start_worker(argv, log_path)
 
 
 @pytest.mark.slow
@@ -183,11 +143,11 @@ def test_two_workers_share_one_sqlite_study_and_a_killed_workers_trial_is_failed
     a = _worker(task, out, tmp_path / "a.log")
     b = _worker(task, out, tmp_path / "b.log")
     # Kill worker b (SIGKILL: no clean-up) once its trial has trained some updates.
-    killed = _started_trial(tmp_path / "b.log", b)
+    killed = started_trial(tmp_path / "b.log", b)
     trial_dir = out / f"trial_{killed:03d}"
     deadline = time.monotonic() + 180
     while not logged_steps(trial_dir / "log.jsonl"):
-        assert b.poll() is None and time.monotonic() < deadline, open(tmp_path / "b.log").read()
+        assert b.poll() is None and time.monotonic() < deadline, console(tmp_path / "b.log")
         time.sleep(0.05)
     b.send_signal(signal.SIGKILL)
     b.wait()
@@ -199,7 +159,7 @@ def test_two_workers_share_one_sqlite_study_and_a_killed_workers_trial_is_failed
 
     b = _worker(task, out, tmp_path / "b2.log")  # the same command again
     for worker, log in ((a, "a.log"), (b, "b2.log")):
-        assert worker.wait(timeout=600) == 0, open(tmp_path / log).read()
+        assert worker.wait(timeout=600) == 0, console(tmp_path / log)
 
     study = _study(str(out))
     states = {t.number: t.state.name for t in study.trials}

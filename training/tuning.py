@@ -9,10 +9,13 @@ intermediate values, and the pruner stops a trial whose metric lags (the child i
 The trial's value is the official metric of its final dev evaluation (eval_results.json).
 
 The study lives in Optuna's storage: an SQLite file in the output directory by default, or a
-database URL that several workers (processes, machines) share. Each worker runs trials until
-`n_trials` of them have ended complete or pruned, counting every worker's; a trial whose worker
-died (its heartbeat stops) is marked failed and its place taken by a new trial. Re-running the
-command continues the study.
+database URL (PostgreSQL, MySQL) that several workers (processes, machines) share. Each worker
+runs trials until `n_trials` of them have ended complete or pruned, counting every worker's; a
+trial whose worker died (its heartbeat stops) is marked failed and re-queued with the same
+parameters (`trial_retries` times at most), and any worker runs it again. Re-running the command
+continues the study; a storage lost mid-study stops the worker with one sentence, and what the
+database committed (every finished trial) stays there. `serve_dashboard` serves optuna-dashboard
+on the same storage.
 
     <output_dir>/study.db                  the default storage
     <output_dir>/trial_<n>/                each trial's output_dir (checkpoints, log.jsonl,
@@ -106,6 +109,7 @@ class TuneSettings:
     # for num_gpus > 1); empty: this Python, one process.
     trial_prefix: tuple[str, ...] = ()
     heartbeat_seconds: int = 60
+    trial_retries: int = 2  # times a trial whose worker died is re-queued with the same parameters
 
 
 def validate(s: TuneSettings) -> str:
@@ -121,7 +125,7 @@ def validate(s: TuneSettings) -> str:
     for name in ("n_trials", "eval_every_n_steps", "num_gpus", "heartbeat_seconds"):
         if getattr(s, name) < 1:
             raise UserError(f"--{name} must be at least 1 (got {getattr(s, name)}).")
-    for name in ("pruner_startup_trials", "pruner_warmup_steps"):
+    for name in ("pruner_startup_trials", "pruner_warmup_steps", "trial_retries"):
         if getattr(s, name) < 0:
             raise UserError(f"--{name} must be >= 0 (got {getattr(s, name)}).")
     if s.timeout_seconds is not None and not s.timeout_seconds > 0:
@@ -153,16 +157,33 @@ def _redacted(url: str) -> str:
 
 
 def storage_url(s: TuneSettings) -> str:
-    return s.storage or "sqlite:///" + os.path.join(os.path.abspath(s.output_dir), STORAGE_FILE)
+    return study_storage_url(s.storage, s.output_dir)
+
+
+def study_storage_url(storage: str | None, output_dir: str) -> str:
+    """`storage`, else the SQLite file in the output directory."""
+    return storage or "sqlite:///" + os.path.join(os.path.abspath(output_dir), STORAGE_FILE)
+
+
+def _driver_url(url: str) -> str:
+    """SQLAlchemy reads postgresql:// as psycopg2, which is not installed: requirements.txt pins
+    psycopg (3), the maintained driver with binary wheels, so a bare PostgreSQL URL uses it."""
+    import importlib.util
+
+    scheme, sep, rest = url.partition("://")
+    if scheme in ("postgresql", "postgres") and importlib.util.find_spec("psycopg2") is None:
+        return f"postgresql+psycopg{sep}{rest}"
+    return url
 
 
 # Errors of two workers creating a new database's tables at the same moment: the loser retries.
 SCHEMA_RACE = ("UNIQUE constraint failed", "already exists", "Duplicate entry", "database is locked")
 
 
-def open_storage(url: str, heartbeat_seconds: int, attempts: int = 5):
-    """Optuna's RDBStorage at `url` with heartbeats (a worker that dies leaves its trial to be
-    marked failed after 3 missed heartbeats); one clear sentence when it cannot be reached."""
+def open_storage(url: str, heartbeat_seconds: int, trial_retries: int = 0, attempts: int = 5):
+    """Optuna's RDBStorage at `url` with heartbeats: the trial of a worker that died is marked
+    failed after 3 missed heartbeats and re-queued with the same parameters, `trial_retries` times
+    at most. One clear sentence when the storage cannot be reached."""
     import optuna
 
     engine_kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {"pool_pre_ping": True}
@@ -170,10 +191,15 @@ def open_storage(url: str, heartbeat_seconds: int, attempts: int = 5):
         try:
             with _quiet_experimental():
                 return optuna.storages.RDBStorage(
-                    url,
+                    _driver_url(url),
                     engine_kwargs=engine_kwargs,
                     heartbeat_interval=heartbeat_seconds,
                     grace_period=3 * heartbeat_seconds,
+                    # Optuna 5's name for RetryFailedTrialCallback (deprecated there): a WAITING
+                    # copy of the stale trial, which the next free worker runs first.
+                    heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(
+                        max_retry=trial_retries
+                    ),
                 )
         except ImportError as e:  # Optuna wraps the driver's ModuleNotFoundError
             missing = getattr(e.__cause__, "name", None) or getattr(e, "name", None) or "its database driver"
@@ -184,8 +210,65 @@ def open_storage(url: str, heartbeat_seconds: int, attempts: int = 5):
             if attempt < attempts and any(race in str(e) for race in SCHEMA_RACE):
                 time.sleep(0.5 * attempt)
                 continue
-            reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise UserError(f"Cannot open the study storage {_redacted(url)}: {reason}") from None
+            raise UserError(f"Cannot open the study storage {_redacted(url)}: {_reason(e)}") from None
+
+
+def _reason(error: BaseException) -> str:
+    """The first line of a database error (SQLAlchemy appends its help links on later lines),
+    with any URL's password hidden; Optuna's StorageInternalError wraps the driver's error."""
+    cause = error.__cause__ if type(error).__name__ == "StorageInternalError" and error.__cause__ else error
+    text = str(cause).strip()
+    line = text.splitlines()[0] if text else type(cause).__name__
+    return _redacted(line.removeprefix(f"({type(getattr(cause, 'orig', cause)).__module__}.").strip())
+
+
+def _storage_errors() -> tuple:
+    """What Optuna's RDBStorage raises when its database stops answering mid-study."""
+    import optuna
+    import sqlalchemy.exc
+
+    return (sqlalchemy.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError)
+
+
+def _storage_error_in(error: BaseException) -> BaseException | None:
+    """The database error in an exception's chain: when the storage goes away mid-trial, Optuna 5's
+    _run_trial, failing to record the trial's end, raises an UnboundLocalError of its own over it."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, _storage_errors()):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
+
+
+class _HeartbeatWatch:
+    """Optuna beats each trial's heartbeat in a thread of its own; when the database goes away
+    that thread dies with a traceback on stderr and the trial runs on until its next report. This
+    hook keeps the thread's error instead, for the trial's poll loop to raise at once."""
+
+    def __init__(self):
+        import threading
+
+        self.lost: BaseException | None = None
+        self._previous = threading.excepthook
+
+    def __enter__(self):
+        import threading
+
+        def hook(args):
+            if isinstance(args.exc_value, _storage_errors()):
+                self.lost = args.exc_value
+            else:
+                self._previous(args)
+
+        threading.excepthook = hook
+        return self
+
+    def __exit__(self, *exc):
+        import threading
+
+        threading.excepthook = self._previous
 
 
 def create_study(s: TuneSettings, metric: str, storage):
@@ -308,11 +391,12 @@ class Objective:
     """Optuna's objective: runs one trial's fine-tuning, reports its dev metric as it is logged,
     prunes it when the pruner says so, returns the final dev metric."""
 
-    def __init__(self, s: TuneSettings, metric: str, say, poll_seconds: float = 1.0):
+    def __init__(self, s: TuneSettings, metric: str, say, poll_seconds: float = 1.0, watch=None):
         self.s = s
         self.metric = metric
         self.say = say
         self.poll_seconds = poll_seconds
+        self.watch = watch  # a _HeartbeatWatch: the storage lost by the heartbeat thread
         self.last_number = None  # the trial this worker ran last
 
     def __call__(self, trial) -> float:
@@ -336,6 +420,7 @@ class Objective:
         os.makedirs(trial_dir, exist_ok=True)
         trial.set_user_attr("output_dir", trial_dir)
         trial.set_user_attr("host", socket.gethostname())
+        trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
         for name, value in params.items():
             trial.set_user_attr(name, value)  # fixed values too (Optuna keeps only drawn ones)
         shown = "  ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in params.items())
@@ -356,6 +441,8 @@ class Objective:
             )
             try:
                 while True:
+                    if self.watch is not None and self.watch.lost is not None:
+                        raise self.watch.lost
                     done = child.poll() is not None
                     for entry in log.new_entries():
                         last_step = max(last_step, int(entry.get("step", 0)))
@@ -391,16 +478,15 @@ class Objective:
         return value
 
 
-# --- results -------------------------------------------------------------------------------
-
-
 # --- the worker ----------------------------------------------------------------------------
 
 
 def run(s: TuneSettings, stream=None, poll_seconds: float = 1.0) -> dict:
     """Runs trials of the study until n_trials have ended complete or pruned (every worker's
     count) or the timeout; returns {"rows", "best", "plots", "study"}. Problems the user can
-    fix raise UserError before any trial starts."""
+    fix raise UserError before any trial starts; a storage lost mid-study raises UserError naming
+    it (the running trial is stopped; its heartbeat stops and it is retried once the database is
+    back)."""
     import optuna
 
     stream = stream if stream is not None else sys.stdout
@@ -408,12 +494,33 @@ def run(s: TuneSettings, stream=None, poll_seconds: float = 1.0) -> dict:
     ensure_writable_dir(s.output_dir, "--output_dir")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     url = storage_url(s)
-    storage = open_storage(url, s.heartbeat_seconds)
-    study = create_study(s, metric, storage)
+    storage = open_storage(url, s.heartbeat_seconds, s.trial_retries)
     started = time.monotonic()
 
     def say(line: str) -> None:
         print(f"[tune {time.monotonic() - started:7.0f}s] {line}", file=stream, flush=True)
+
+    try:
+        with _HeartbeatWatch() as watch:
+            study = create_study(s, metric, storage)
+            _optimize(s, metric, study, url, Objective(s, metric, say, poll_seconds, watch), say)
+            results = report(s.output_dir, s.space, study, metric, stream)
+    except UserError:
+        raise
+    except Exception as e:
+        lost = _storage_error_in(e)
+        if lost is None:
+            raise
+        raise UserError(
+            f"Lost the study storage {_redacted(url)} ({_reason(lost)}): the trials it recorded stay "
+            "there; run the same command again when it answers, and the study continues."
+        ) from None
+    return {**results, "study": study}
+
+
+def _optimize(s: TuneSettings, metric: str, study, url: str, objective: Objective, say) -> None:
+    """This worker's loop: one trial at a time while the study needs more."""
+    import optuna
 
     say(
         f"study {study.study_name!r} in {_redacted(url)}: {s.n_trials} trials of {s.task_name}, maximising dev "
@@ -421,7 +528,7 @@ def run(s: TuneSettings, stream=None, poll_seconds: float = 1.0) -> dict:
     )
     for dim in s.space.values():
         say(f"  {dim.name}: {dim.describe()}")
-    objective = Objective(s, metric, say, poll_seconds)
+    started = time.monotonic()
     waited = False
     failures = 0  # this worker's trials failed in a row
     while True:
@@ -463,8 +570,51 @@ def run(s: TuneSettings, stream=None, poll_seconds: float = 1.0) -> dict:
             f"{counts['finished']}/{s.n_trials} trials done ({counts['COMPLETE']} complete, "
             f"{counts['PRUNED']} pruned), {counts['FAIL']} failed; {shown}"
         )
-    results = report(s.output_dir, s.space, study, metric, stream)
-    return {**results, "study": study}
+
+
+# --- the dashboard -------------------------------------------------------------------------
+
+
+def serve_dashboard(url: str, host: str, port: int, stream=None) -> None:
+    """Serves optuna-dashboard (its web page and its JSON API under /api/) on the study storage at
+    `url` until interrupted; every worker's trials appear live, as the database holds them."""
+    from socketserver import ThreadingMixIn
+    from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+    stream = stream if stream is not None else sys.stdout
+    try:
+        import optuna_dashboard
+    except ImportError:
+        raise UserError(
+            "--dashboard needs optuna-dashboard; install it with bash scripts/setup.sh (requirements.txt)."
+        ) from None
+    storage = open_storage(url, heartbeat_seconds=60)
+
+    # optuna_dashboard.run_server is bottle's single-threaded server that logs every request; a
+    # browser's parallel polls want threads, and the console wants only the address.
+    class Server(ThreadingMixIn, WSGIServer):
+        daemon_threads = True
+
+    class Quiet(WSGIRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    try:
+        server = make_server(
+            host, port, optuna_dashboard.wsgi(storage), server_class=Server, handler_class=Quiet
+        )
+    except OSError as e:
+        raise UserError(f"--dashboard_port {port} on {host} cannot be served: {e.strerror or e}.") from None
+    print(
+        f"optuna-dashboard on {_redacted(url)}: http://{host}:{server.server_port}/dashboard "
+        "(Ctrl-C stops it)",
+        file=stream,
+        flush=True,
+    )
+    try:
+        server.serve_forever()
+    finally:
+        server.server_close()
 
 
 @contextlib.contextmanager
