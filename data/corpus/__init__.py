@@ -2,4 +2,4 @@
 
 download -> text_formatting (wikipedia, plain text, JSONL) -> sharding (segmentation) -> vocab,
 each a restartable stage recorded in a manifest (data/manifest.py); `parallel` is the
-process-pool map they share."""
+process-pool map they and the TFRecord stage share."""

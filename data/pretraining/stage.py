@@ -8,18 +8,18 @@ skips verified ones, and temporaries of a killed run are removed first.
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import hashlib
 import os
-import queue
 import re
 import sys
-import threading
 import time
 
 from common.errors import UserError
 from common.files import ensure_writable_dir, read_json, remove_stale_temporaries, sha256_file
 from data import paths
+from data.corpus.parallel import bounded_imap, report_progress
 from data.manifest import Manifest
 
 TFRECORD_STAGE = "create_tfrecord_files"
@@ -92,7 +92,7 @@ def assign_to_ranks(shard_dir: str, relpaths: list[str], world: int) -> list[lis
 _WORKER = {}
 
 
-def _tfrecord_worker_init(tokenizer_args: dict, progress_queue, single_threaded: bool = False) -> None:
+def _tfrecord_worker_init(tokenizer_args: dict, single_threaded: bool) -> None:
     if single_threaded:
         # One worker per core already fills the machine; the Rust tokenizer's own thread pool
         # in every worker would only oversubscribe it. Must be set before tokenizers is used.
@@ -100,32 +100,169 @@ def _tfrecord_worker_init(tokenizer_args: dict, progress_queue, single_threaded:
     from bert.tokenization import build_tokenizer
 
     _WORKER["tokenizer"] = build_tokenizer(**tokenizer_args)
-    _WORKER["queue"] = progress_queue
 
 
-def _tfrecord_task(task: dict, report=None) -> tuple:
-    """One shard -> one TFRecord file. Returns (relpath, stats or None, error message or None).
-
-    Progress goes to `report` (a callable taking input bytes), else to the queue a pool worker
-    was given.
-    """
+def _tfrecord_task(task: dict) -> tuple:
+    """One shard -> one TFRecord file. Returns (task, stats or None, error message or None)."""
     from data.pretraining.writer import create_training_files
 
-    progress_queue = _WORKER.get("queue")
-    if report is None and progress_queue is not None:
-        report = progress_queue.put
     try:
         stats = create_training_files(
-            [task["input"]], [task["output"]], _WORKER["tokenizer"], progress=report, **task["options"]
+            [task["input"]],
+            [task["output"]],
+            _WORKER["tokenizer"],
+            progress=report_progress,
+            random_seed=task["seed"],
+            **task["options"],
         )
     except (OSError, ValueError) as e:
-        return task["relpath"], None, f"{task['input']}: {e}"
-    return task["relpath"], stats, None
+        return task, None, f"{task['input']}: {e}"
+    return task, stats, None
 
 
-def _remove_leftovers(output_dir: str) -> int:
-    """Deletes the temporary files of interrupted runs (common.files names them all alike)."""
-    return sum(remove_stale_temporaries(os.path.join(output_dir, split)) for split in paths.SPLITS)
+def _output_rel(rel: str) -> str:
+    return os.path.splitext(rel)[0] + ".tfrecord"
+
+
+def _check_settings(
+    vocab_file,
+    spm_model_file,
+    n_processes,
+    *,
+    max_seq_length,
+    max_predictions_per_seq,
+    masked_lm_prob,
+    dupe_factor,
+    **_,
+) -> None:
+    if (vocab_file is None) == (spm_model_file is None):
+        raise UserError(
+            "Give exactly one of --vocab_file or --spm_model_file (or run --action vocab "
+            "first so the trained one is found)."
+        )
+    if n_processes < 1:
+        raise UserError(f"--n_processes must be at least 1 (got {n_processes}).")
+    if max_seq_length < 5 or max_predictions_per_seq < 1 or not 0 < masked_lm_prob < 1 or dupe_factor < 1:
+        raise UserError(
+            f"Invalid instance settings: --max_seq_length {max_seq_length} (>= 5), "
+            f"--max_predictions_per_seq {max_predictions_per_seq} (>= 1), --masked_lm_prob "
+            f"{masked_lm_prob} (in (0, 1)), --dupe_factor {dupe_factor} (>= 1)."
+        )
+
+
+def _tokenizer_args(vocab_file, spm_model_file, do_lower_case) -> dict:
+    """build_tokenizer's arguments for the workers, tried once here so that a bad vocabulary fails
+    with the file's name, once, rather than in every worker."""
+    from bert.tokenization import build_tokenizer
+
+    args = {"vocab_file": vocab_file} if vocab_file else {"spm_model_file": spm_model_file}
+    args["do_lower_case"] = do_lower_case
+    try:
+        build_tokenizer(**args)
+    except (FileNotFoundError, ValueError) as e:
+        raise UserError(str(e)) from None
+    return args
+
+
+@dataclasses.dataclass
+class _RankPlan:
+    """What one rank writes: its manifest (a part of it when there are several ranks), its shards
+    and, of those, the tasks whose outputs are missing or do not verify."""
+
+    manifest: Manifest
+    shards: list
+    tasks: list
+    skipped: int
+
+
+def _plan_rank(shard_dir, output_dir, relpaths, params, options, random_seed, rank, world, comm, verify, log):
+    # Every rank decides what is left to do from the same files, before anyone writes.
+    manifest = Manifest.load(output_dir, TFRECORD_STAGE, params)
+    mine = assign_to_ranks(shard_dir, relpaths, world)[rank]
+    input_sha = {rel: sha256_file(os.path.join(shard_dir, rel)) for rel in mine}
+    if comm is not None:
+        comm.Barrier()
+    if world > 1:
+        manifest = Manifest.load(output_dir, TFRECORD_STAGE, params, part=f"rank{rank}")
+    if rank == 0:
+        removed = sum(remove_stale_temporaries(os.path.join(output_dir, split)) for split in paths.SPLITS)
+        if removed:
+            log(f"[{TFRECORD_STAGE}] removed {removed} temporary file(s) of an interrupted run.")
+    if comm is not None:
+        comm.Barrier()
+
+    tasks = []
+    for rel in mine:
+        out = _output_rel(rel)
+        if manifest.verified(out, verify) and manifest.counts(out).get("input_sha256") == input_sha[rel]:
+            continue
+        manifest.forget(out)
+        tasks.append(
+            {
+                "relpath": rel,
+                "input": os.path.join(shard_dir, rel),
+                "output": os.path.join(output_dir, out),
+                "input_sha256": input_sha[rel],
+                "seed": shard_seed(random_seed, rel),
+                "options": options,
+            }
+        )
+    skipped = len(mine) - len(tasks)
+    if skipped:
+        log(f"[{TFRECORD_STAGE}] rank {rank}: {skipped} of {len(mine)} outputs verified; skipped.")
+    return _RankPlan(manifest, mine, tasks, skipped)
+
+
+def _write_tasks(plan: _RankPlan, tokenizer_args, n_processes, progress, log) -> list[str]:
+    """Writes the plan's TFRecord files over `n_processes` workers, recording each in the manifest
+    as it lands; returns the error sentences of the shards that failed."""
+    # Largest shards first: the last worker to finish is not stuck with a big one.
+    tasks = sorted(plan.tasks, key=lambda t: -os.path.getsize(t["input"]))
+    workers = min(n_processes, len(tasks))
+    failures = []
+    for task, stats, error in bounded_imap(
+        _tfrecord_task,
+        tasks,
+        workers,
+        chunk=1,
+        initializer=_tfrecord_worker_init,
+        initargs=(tokenizer_args, workers > 1),
+        progress=progress,
+    ):
+        if error is not None:
+            failures.append(error)
+            continue
+        counts = {**stats, "input_sha256": task["input_sha256"], "seed": task["seed"]}
+        plan.manifest.record(_output_rel(task["relpath"]), counts)
+        if stats.get("instances", 0) == 0:
+            log(f"[{TFRECORD_STAGE}] warning: {task['relpath']} produced no instances (too little text).")
+    return failures
+
+
+def _gather(comm, rank, manifest, local, failures):
+    """Every rank's counts and errors, summed on every rank; rank 0 folds the manifest parts in."""
+    gathered = comm.allgather((local, failures))
+    errors = [e for _, errs in gathered for e in errs]
+    comm.Barrier()
+    if rank == 0:
+        manifest.merge_parts()
+    comm.Barrier()
+    total = {k: sum(g[0][k] for g in gathered) for k in ("shards", "skipped", "done", "failed")}
+    total["seconds"] = max(g[0]["seconds"] for g in gathered)
+    return total, errors
+
+
+def _totals(output_dir, params, relpaths, rank) -> dict:
+    """The recorded counts summed over every rank's outputs; rank 0 marks the stage complete when
+    all of them are in place."""
+    manifest = Manifest.load(output_dir, TFRECORD_STAGE, params)
+    outputs = [_output_rel(rel) for rel in relpaths]
+    if rank == 0 and all(manifest.verified(out, "size") for out in outputs):
+        manifest.mark_complete()
+    totals = manifest.totals(out for out in outputs if out in manifest.outputs)
+    totals.pop("seed", None)
+    totals["worker_seconds"] = round(totals.pop("seconds", 0.0), 3)
+    return totals
 
 
 def create_tfrecord_files(
@@ -156,35 +293,6 @@ def create_tfrecord_files(
     process) and, within a rank, over `n_processes` worker processes. Returns the summed stats
     of create_training_files plus shards / skipped / failed counts (on every rank).
     """
-    import multiprocessing
-
-    from bert.tokenization import build_tokenizer
-
-    if (vocab_file is None) == (spm_model_file is None):
-        raise UserError(
-            "Give exactly one of --vocab_file or --spm_model_file (or run --action vocab "
-            "first so the trained one is found)."
-        )
-    if n_processes < 1:
-        raise UserError(f"--n_processes must be at least 1 (got {n_processes}).")
-    if max_seq_length < 5 or max_predictions_per_seq < 1 or not 0 < masked_lm_prob < 1 or dupe_factor < 1:
-        raise UserError(
-            f"Invalid instance settings: --max_seq_length {max_seq_length} (>= 5), "
-            f"--max_predictions_per_seq {max_predictions_per_seq} (>= 1), --masked_lm_prob "
-            f"{masked_lm_prob} (in (0, 1)), --dupe_factor {dupe_factor} (>= 1)."
-        )
-    tokenizer_args = {"vocab_file": vocab_file} if vocab_file else {"spm_model_file": spm_model_file}
-    tokenizer_args["do_lower_case"] = do_lower_case
-    try:
-        # Fails here, once, with the file's name, rather than in every worker.
-        build_tokenizer(**tokenizer_args)
-    except (FileNotFoundError, ValueError) as e:
-        raise UserError(str(e)) from None
-
-    _check_sharding_complete(shard_dir)
-    relpaths = list_shards(shard_dir)
-    for split in paths.SPLITS:
-        ensure_writable_dir(os.path.join(output_dir, split), "TFRecord output directory")
     options = {
         "max_seq_length": max_seq_length,
         "max_predictions_per_seq": max_predictions_per_seq,
@@ -193,6 +301,12 @@ def create_tfrecord_files(
         "dupe_factor": dupe_factor,
         "do_whole_word_mask": do_whole_word_mask,
     }
+    _check_settings(vocab_file, spm_model_file, n_processes, **options)
+    tokenizer_args = _tokenizer_args(vocab_file, spm_model_file, do_lower_case)
+    _check_sharding_complete(shard_dir)
+    relpaths = list_shards(shard_dir)
+    for split in paths.SPLITS:
+        ensure_writable_dir(os.path.join(output_dir, split), "TFRecord output directory")
     params = {
         **options,
         "random_seed": random_seed,
@@ -200,124 +314,32 @@ def create_tfrecord_files(
         "vocab_sha256": sha256_file(vocab_file or spm_model_file),
         "vocab_kind": "wordpiece" if vocab_file else "sentencepiece",
     }
-
-    # Every rank decides what is left to do from the same files, before anyone writes.
-    manifest = Manifest.load(output_dir, TFRECORD_STAGE, params)
-    mine = assign_to_ranks(shard_dir, relpaths, world)[rank]
-    input_sha = {rel: sha256_file(os.path.join(shard_dir, rel)) for rel in mine}
-    if comm is not None:
-        comm.Barrier()
-    if world > 1:
-        manifest = Manifest.load(output_dir, TFRECORD_STAGE, params, part=f"rank{rank}")
-    if rank == 0:
-        removed = _remove_leftovers(output_dir)
-        if removed:
-            log(f"[{TFRECORD_STAGE}] removed {removed} temporary file(s) of an interrupted run.")
-    if comm is not None:
-        comm.Barrier()
-
-    def output_rel(rel):
-        return os.path.splitext(rel)[0] + ".tfrecord"
-
-    todo, skipped = [], 0
-    for rel in mine:
-        out = output_rel(rel)
-        if manifest.verified(out, verify) and manifest.counts(out).get("input_sha256") == input_sha[rel]:
-            skipped += 1
-            continue
-        manifest.forget(out)
-        todo.append(
-            {
-                "relpath": rel,
-                "input": os.path.join(shard_dir, rel),
-                "output": os.path.join(output_dir, out),
-                "options": {**options, "random_seed": shard_seed(random_seed, rel)},
-            }
-        )
-    if skipped:
-        log(f"[{TFRECORD_STAGE}] rank {rank}: {skipped} of {len(mine)} outputs verified; skipped.")
+    plan = _plan_rank(
+        shard_dir, output_dir, relpaths, params, options, random_seed, rank, world, comm, verify, log
+    )
 
     start = time.monotonic()
     failures = []
-    total_bytes = sum(os.path.getsize(t["input"]) for t in todo)
-    progress = (
-        progress_factory(TFRECORD_STAGE if world == 1 else f"{TFRECORD_STAGE}[{rank}]", total_bytes)
-        if (progress_factory and todo)
-        else None
-    )
-
-    def finished(rel, stats, error):
-        out = output_rel(rel)
-        if error is not None:
-            failures.append(error)
-            return
-        counts = {**stats, "input_sha256": input_sha[rel], "seed": shard_seed(random_seed, rel)}
-        manifest.record(out, counts)
-        if stats.get("instances", 0) == 0:
-            log(f"[{TFRECORD_STAGE}] warning: {rel} produced no instances (too little text).")
-
-    if todo and n_processes == 1:
-        _tfrecord_worker_init(tokenizer_args, None)
-        for task in todo:
-            finished(*_tfrecord_task(task, progress))
-    elif todo:
-        ctx = multiprocessing.get_context("spawn")
-        progress_queue = ctx.Queue() if progress else None
-        stop = threading.Event()
-
-        def drain():
-            while not stop.is_set() or not progress_queue.empty():
-                try:
-                    progress.update(progress_queue.get(timeout=0.1))
-                except queue.Empty:
-                    continue
-
-        drainer = threading.Thread(target=drain, daemon=True) if progress else None
-        if drainer:
-            drainer.start()
-        # Largest shards first: the last process to finish is not stuck with a big one.
-        todo.sort(key=lambda t: -os.path.getsize(t["input"]))
-        try:
-            with ctx.Pool(
-                min(n_processes, len(todo)),
-                initializer=_tfrecord_worker_init,
-                initargs=(tokenizer_args, progress_queue, True),
-            ) as pool:
-                for rel, stats, error in pool.imap_unordered(_tfrecord_task, todo):
-                    finished(rel, stats, error)
-        finally:
-            stop.set()
-            if drainer:
-                drainer.join()
-    if progress is not None:
-        progress.close()
-
+    if plan.tasks:
+        total_bytes = sum(os.path.getsize(t["input"]) for t in plan.tasks)
+        name = TFRECORD_STAGE if world == 1 else f"{TFRECORD_STAGE}[{rank}]"
+        progress = progress_factory(name, total_bytes) if progress_factory else None
+        failures = _write_tasks(plan, tokenizer_args, n_processes, progress, log)
+        if progress is not None:
+            progress.close()
     local = {
-        "shards": len(mine),
-        "skipped": skipped,
-        "done": len(todo) - len(failures),
+        "shards": len(plan.shards),
+        "skipped": plan.skipped,
+        "done": len(plan.tasks) - len(failures),
         "failed": len(failures),
         "seconds": round(time.monotonic() - start, 3),
     }
     errors = failures
     if comm is not None:
-        gathered = comm.allgather((local, failures))
-        errors = [e for _, errs in gathered for e in errs]
-        comm.Barrier()
-        if rank == 0:
-            manifest.merge_parts()
-        comm.Barrier()
-        local = {k: sum(g[0][k] for g in gathered) for k in ("shards", "skipped", "done", "failed")}
-        local["seconds"] = max(g[0]["seconds"] for g in gathered)
+        local, errors = _gather(comm, rank, plan.manifest, local, failures)
     if errors:
         raise UserError(
             f"{len(errors)} shard(s) failed and were left without output (re-run to retry "
             f"them): " + "; ".join(errors[:3]) + (" ..." if len(errors) > 3 else "")
         )
-    manifest = Manifest.load(output_dir, TFRECORD_STAGE, params)  # every rank's records
-    if rank == 0 and all(manifest.verified(output_rel(rel), "size") for rel in relpaths):
-        manifest.mark_complete()
-    totals = manifest.totals(output_rel(rel) for rel in relpaths if output_rel(rel) in manifest.outputs)
-    totals.pop("seed", None)
-    totals["worker_seconds"] = round(totals.pop("seconds", 0.0), 3)
-    return {**totals, **local, "output_dir": output_dir}
+    return {**_totals(output_dir, params, relpaths, rank), **local, "output_dir": output_dir}
