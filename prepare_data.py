@@ -9,7 +9,7 @@
     python prepare_data.py --action sharding --dataset wikicorpus_en --n_training_shards 256
     python prepare_data.py --action vocab --dataset wikicorpus_en --vocab_size 30522  # train WordPiece
     python prepare_data.py --action vocab --vocab_file vocab.txt                      # check one
-    python prepare_data.py --action create_tfrecord_files --dataset wikicorpus_en \
+    python prepare_data.py --action create_tfrecord_files --dataset wikicorpus_en \\
         --vocab_file vocab.txt --max_seq_length 128 --max_predictions_per_seq 20 --n_processes 16
     mpirun -np 4 python prepare_data.py --action create_tfrecord_files ...   # ranks split the shards
 
@@ -22,16 +22,17 @@ user can cause end the run with one sentence on stderr and exit status 2.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
+from collections.abc import Callable
 
 from common import cli
 from common.errors import UserError
 from common.progress import Progress, summary
 from data import paths
 
-ACTIONS = ("download", "text_formatting", "sharding", "vocab", "create_tfrecord_files")
 PROG = "prepare_data"
 PYTHON_DOCS = "python_docs"
 PYTHON_QA = "python_qa"
@@ -40,7 +41,13 @@ PYTHON_QA = "python_qa"
 def define_flags(fv) -> None:
     from absl import flags
 
-    flags.DEFINE_enum("action", None, ACTIONS, "The stage to run.", flag_values=fv)
+    flags.DEFINE_enum(
+        "action",
+        None,
+        list(ACTIONS),
+        "The stage to run: " + "; ".join(f"{name}: {action.help}" for name, action in ACTIONS.items()) + ".",
+        flag_values=fv,
+    )
     flags.DEFINE_string(
         "dataset",
         paths.DEFAULT_DATASET,
@@ -175,146 +182,155 @@ def _default_vocab(F, root):
     )
 
 
-def run(F, environ) -> dict:
-    from training.distributed import mpi_ranks
+@dataclasses.dataclass(frozen=True)
+class Context:
+    """What every action derives from the flags and the environment the same way."""
 
-    root = paths.data_root(environ, F.data_dir)
-    try:
-        comm, rank, world, local_size = mpi_ranks(environ)
-    except RuntimeError as e:
-        raise UserError(str(e)) from None
-    n_processes = F.n_processes or max(1, (os.cpu_count() or 1) // local_size)
-    progress_factory = None
-    if F.progress:
+    root: str
+    inputs: list
+    shard_dir: str
+    n_processes: int
+    progress_factory: object  # (description, total) -> Progress, or None
+    comm: object  # an mpi4py communicator, or None for one process
+    rank: int
+    world: int
 
-        def progress_factory(desc, total):
-            return Progress(desc, total)
 
-    inputs = [p for p in (F.input_files or "").split(",") if p]
-    shard_dir = paths.sharded_dir(root, F.dataset, F.n_training_shards, F.n_test_shards, F.fraction_test_set)
-    action = F.action
-    if action != "create_tfrecord_files" and world > 1:
-        raise UserError(f"--action {action} runs in one process; only create_tfrecord_files uses MPI ranks.")
+def _build_python_docs(F, ctx: Context) -> dict:
+    from data.corpus import stdlib_text
 
-    if action == "download" and F.dataset == PYTHON_DOCS:
-        from data.corpus import stdlib_text
+    if F.corpus_mb <= 0:
+        raise UserError(f"--corpus_mb must be positive (got {F.corpus_mb}).")
+    target = paths.python_docs_file(ctx.root)
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    if os.path.isfile(target) and abs(os.path.getsize(target) / 1e6 - F.corpus_mb) < 0.1:
+        return {"path": target, "bytes": os.path.getsize(target), "skipped": True}
+    with Progress(PYTHON_DOCS, int(F.corpus_mb * 1e6), enabled=F.progress) as progress:
+        return {"path": target, **stdlib_text.build_corpus(target, F.corpus_mb, progress=progress)}
 
-        if F.corpus_mb <= 0:
-            raise UserError(f"--corpus_mb must be positive (got {F.corpus_mb}).")
-        target = paths.python_docs_file(root)
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        if os.path.isfile(target) and abs(os.path.getsize(target) / 1e6 - F.corpus_mb) < 0.1:
-            return {"path": target, "bytes": os.path.getsize(target), "skipped": True}
-        with Progress(PYTHON_DOCS, int(F.corpus_mb * 1e6), enabled=F.progress) as progress:
-            return {"path": target, **stdlib_text.build_corpus(target, F.corpus_mb, progress=progress)}
 
-    if action == "download" and F.dataset == PYTHON_QA:
-        from data.corpus import stdlib_qa
+def _build_python_qa(F, ctx: Context) -> dict:
+    from data.corpus import stdlib_qa
 
-        return stdlib_qa.build_qa_set(paths.python_qa_dir(root))
+    return stdlib_qa.build_qa_set(paths.python_qa_dir(ctx.root))
 
-    if action == "download":
-        from data.corpus import download
 
-        options = {}
-        if F.dataset == "glue":
-            tasks = download.GLUE_TASKS if F.glue_tasks == "all" else tuple(F.glue_tasks.split(","))
-            options["glue_tasks"] = tasks
-        elif F.dataset == "wikicorpus_en":
-            options["wiki_dump"] = F.wiki_dump
-        elif F.dataset == "google_pretrained_weights":
-            options["google_models"] = tuple(F.google_models.split(","))
-        return download.download_dataset(
-            F.dataset,
-            root,
-            mirror=F.mirror,
-            timeout=F.timeout,
-            retries=F.retries,
-            progress_factory=progress_factory,
-            **options,
-        )
+# Datasets built offline from the installed Python instead of fetched.
+OFFLINE_DATASETS = {PYTHON_DOCS: _build_python_docs, PYTHON_QA: _build_python_qa}
 
-    if action == "text_formatting":
-        from data.corpus import text_formatting
 
-        if not inputs and F.dataset == PYTHON_DOCS:
-            inputs = [paths.python_docs_file(root)]
-        if not inputs:
-            if F.dataset != "wikicorpus_en":
-                raise UserError(
-                    f"Pass --input_files for dataset {F.dataset!r} (plain text, JSONL or a "
-                    f"MediaWiki XML dump)."
-                )
-            inputs = [os.path.join(paths.download_dir(root, "wikicorpus_en"), "wikicorpus_en.xml.bz2")]
-        return text_formatting.format_corpus(
-            inputs,
-            paths.formatted_file(root, F.dataset),
-            input_format=F.input_format,
-            n_processes=n_processes,
-            text_key=F.text_key,
-            one_document_per_line=F.one_document_per_line,
-            progress_factory=progress_factory,
-            verify=F.verify,
-        )
+def _download(F, ctx: Context) -> dict:
+    if F.dataset in OFFLINE_DATASETS:
+        return OFFLINE_DATASETS[F.dataset](F, ctx)
+    from data.corpus import download
 
-    if action == "sharding":
-        from data.corpus import sharding
+    options = {}
+    if F.dataset == "glue":
+        tasks = download.GLUE_TASKS if F.glue_tasks == "all" else tuple(F.glue_tasks.split(","))
+        options["glue_tasks"] = tasks
+    elif F.dataset == "wikicorpus_en":
+        options["wiki_dump"] = F.wiki_dump
+    elif F.dataset == "google_pretrained_weights":
+        options["google_models"] = tuple(F.google_models.split(","))
+    return download.download_dataset(
+        F.dataset,
+        ctx.root,
+        mirror=F.mirror,
+        timeout=F.timeout,
+        retries=F.retries,
+        progress_factory=ctx.progress_factory,
+        **options,
+    )
 
-        return sharding.shard_corpus(
-            inputs or [paths.formatted_file(root, F.dataset)],
-            shard_dir,
-            F.dataset,
-            n_training_shards=F.n_training_shards,
-            n_test_shards=F.n_test_shards,
-            fraction_test=F.fraction_test_set,
-            n_processes=n_processes,
-            max_sentence_chars=F.max_sentence_chars,
-            progress_factory=progress_factory,
-            verify=F.verify,
-        )
 
-    if action == "vocab":
-        from data.corpus import vocab
+def _text_formatting(F, ctx: Context) -> dict:
+    from data.corpus import text_formatting
 
-        if F.vocab_file or F.spm_model_file:
-            if F.spm_model_file:
-                from bert.tokenization import build_tokenizer
-
-                try:
-                    tokenizer = build_tokenizer(
-                        spm_model_file=F.spm_model_file, do_lower_case=F.do_lower_case
-                    )
-                except (FileNotFoundError, ValueError) as e:
-                    raise UserError(str(e)) from None
-                return {"spm_model_file": F.spm_model_file, "size": tokenizer.vocab_size}
-            info = vocab.validate_vocab(F.vocab_file, F.do_lower_case)
-            for warning in info["warnings"]:
-                print(f"[vocab] warning: {warning}", file=sys.stderr, flush=True)
-            return info
-        import glob
-
-        training = sorted(glob.glob(os.path.join(shard_dir, "training", "*.txt")))
-        if not training:
+    inputs = ctx.inputs
+    if not inputs and F.dataset == PYTHON_DOCS:
+        inputs = [paths.python_docs_file(ctx.root)]
+    if not inputs:
+        if F.dataset != "wikicorpus_en":
             raise UserError(
-                f"No training shards in {shard_dir}; run --action sharding first (with the "
-                f"same shard settings)."
+                f"Pass --input_files for dataset {F.dataset!r} (plain text, JSONL or a MediaWiki XML dump)."
             )
-        return vocab.build_vocab(
-            training,
-            paths.vocab_dir(root, F.dataset),
-            kind=F.vocab_type,
-            vocab_size=F.vocab_size,
-            do_lower_case=F.do_lower_case,
-            min_frequency=F.vocab_min_frequency,
-            unused_tokens=F.unused_tokens,
-            verify=F.verify,
-        )
+        inputs = [os.path.join(paths.download_dir(ctx.root, "wikicorpus_en"), "wikicorpus_en.xml.bz2")]
+    return text_formatting.format_corpus(
+        inputs,
+        paths.formatted_file(ctx.root, F.dataset),
+        input_format=F.input_format,
+        n_processes=ctx.n_processes,
+        text_key=F.text_key,
+        one_document_per_line=F.one_document_per_line,
+        progress_factory=ctx.progress_factory,
+        verify=F.verify,
+    )
 
+
+def _sharding(F, ctx: Context) -> dict:
+    from data.corpus import sharding
+
+    return sharding.shard_corpus(
+        ctx.inputs or [paths.formatted_file(ctx.root, F.dataset)],
+        ctx.shard_dir,
+        F.dataset,
+        n_training_shards=F.n_training_shards,
+        n_test_shards=F.n_test_shards,
+        fraction_test=F.fraction_test_set,
+        n_processes=ctx.n_processes,
+        max_sentence_chars=F.max_sentence_chars,
+        progress_factory=ctx.progress_factory,
+        verify=F.verify,
+    )
+
+
+def _check_vocab(F) -> dict:
+    from data.corpus import vocab
+
+    if F.spm_model_file:
+        from bert.tokenization import build_tokenizer
+
+        try:
+            tokenizer = build_tokenizer(spm_model_file=F.spm_model_file, do_lower_case=F.do_lower_case)
+        except (FileNotFoundError, ValueError) as e:
+            raise UserError(str(e)) from None
+        return {"spm_model_file": F.spm_model_file, "size": tokenizer.vocab_size}
+    info = vocab.validate_vocab(F.vocab_file, F.do_lower_case)
+    for warning in info["warnings"]:
+        print(f"[vocab] warning: {warning}", file=sys.stderr, flush=True)
+    return info
+
+
+def _vocab(F, ctx: Context) -> dict:
+    if F.vocab_file or F.spm_model_file:
+        return _check_vocab(F)
+    import glob
+
+    from data.corpus import vocab
+
+    training = sorted(glob.glob(os.path.join(ctx.shard_dir, "training", "*.txt")))
+    if not training:
+        raise UserError(
+            f"No training shards in {ctx.shard_dir}; run --action sharding first (with the same shard settings)."
+        )
+    return vocab.build_vocab(
+        training,
+        paths.vocab_dir(ctx.root, F.dataset),
+        kind=F.vocab_type,
+        vocab_size=F.vocab_size,
+        do_lower_case=F.do_lower_case,
+        min_frequency=F.vocab_min_frequency,
+        unused_tokens=F.unused_tokens,
+        verify=F.verify,
+    )
+
+
+def _create_tfrecord_files(F, ctx: Context) -> dict:
     from data.pretraining.stage import create_tfrecord_files
 
-    vocab_file, spm_model_file = _default_vocab(F, root)
+    vocab_file, spm_model_file = _default_vocab(F, ctx.root)
     output_dir = F.output_dir or paths.tfrecord_dir(
-        root,
+        ctx.root,
         F.dataset,
         do_lower_case=F.do_lower_case,
         max_seq_length=F.max_seq_length,
@@ -326,7 +342,7 @@ def run(F, environ) -> dict:
         fraction_test=F.fraction_test_set,
     )
     return create_tfrecord_files(
-        shard_dir,
+        ctx.shard_dir,
         output_dir,
         vocab_file=vocab_file,
         spm_model_file=spm_model_file,
@@ -338,13 +354,59 @@ def run(F, environ) -> dict:
         dupe_factor=F.dupe_factor,
         random_seed=F.random_seed,
         do_whole_word_mask=F.do_whole_word_mask,
-        n_processes=n_processes,
-        rank=rank,
-        world=world,
-        comm=comm,
-        progress_factory=progress_factory if rank == 0 or world == 1 else None,
+        n_processes=ctx.n_processes,
+        rank=ctx.rank,
+        world=ctx.world,
+        comm=ctx.comm,
+        progress_factory=ctx.progress_factory if ctx.rank == 0 else None,
         verify=F.verify,
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class Action:
+    run: Callable[[object, Context], dict]
+    help: str
+    uses_mpi_ranks: bool = False
+
+
+ACTIONS = {
+    "download": Action(_download, "fetch and verify a dataset (python_docs, python_qa: build it offline)"),
+    "text_formatting": Action(_text_formatting, "raw corpus -> one clean document per line"),
+    "sharding": Action(_sharding, "formatted corpus -> sentence-per-line training and test shards"),
+    "vocab": Action(_vocab, "check --vocab_file / --spm_model_file, or train one on the training shards"),
+    "create_tfrecord_files": Action(
+        _create_tfrecord_files, "every shard -> one pretraining TFRecord file", uses_mpi_ranks=True
+    ),
+}
+
+
+def run(F, environ) -> dict:
+    from training.distributed import mpi_ranks
+
+    try:
+        comm, rank, world, local_size = mpi_ranks(environ)
+    except RuntimeError as e:
+        raise UserError(str(e)) from None
+    action = ACTIONS[F.action]
+    if world > 1 and not action.uses_mpi_ranks:
+        raise UserError(
+            f"--action {F.action} runs in one process; only create_tfrecord_files uses MPI ranks."
+        )
+    root = paths.data_root(environ, F.data_dir)
+    ctx = Context(
+        root=root,
+        inputs=[p for p in (F.input_files or "").split(",") if p],
+        shard_dir=paths.sharded_dir(
+            root, F.dataset, F.n_training_shards, F.n_test_shards, F.fraction_test_set
+        ),
+        n_processes=F.n_processes or max(1, (os.cpu_count() or 1) // local_size),
+        progress_factory=Progress if F.progress else None,
+        comm=comm,
+        rank=rank,
+        world=world,
+    )
+    return action.run(F, ctx)
 
 
 def _spelled_for_absl(argv) -> list:
