@@ -7,7 +7,9 @@
 A fresh FlagValues per call (not absl's global FLAGS) lets tests call `main` in-process any
 number of times, and lets several entry points that define the same flag names (--vocab_file,
 --max_seq_length) be imported into one process. Flag errors print usage hints and exit 2; a
-UserError (a problem the user can fix) prints its one sentence and exits 2; Ctrl-C exits 130.
+UserError (a problem the user can fix) prints its one sentence and exits 2; a run stopped for a
+preemption (common.errors.Preempted) exits 75 (re-run to continue); Ctrl-C exits 130. The first
+import of TensorFlow leaves out its start-up notes (common/tensorflow_startup.py).
 
 Defining flags: `Flags(fv, settings=SettingsDataclass)` is the one helper the entry points use.
 
@@ -35,8 +37,9 @@ import os
 import re
 import sys
 
-from common.errors import UserError
+from common.errors import PREEMPTED_EXIT_STATUS, Preempted, UserError
 from common.kinds import KINDS
+from common.tensorflow_startup import quiet_startup
 
 HELP_FLAGS = ("-h", "--help", "-help", "--helpshort", "--helpfull")
 
@@ -57,6 +60,7 @@ def main(define_flags, run, argv=None, doc: str | None = None, prog: str | None 
     """Parses `argv` with `define_flags`, calls `run(flag_values)`, returns the exit status."""
     from absl import flags
 
+    quiet_startup()
     argv = list(sys.argv if argv is None else argv)
     prog = prog or os.path.basename(argv[0] if argv else "") or "main"
     if any(a in HELP_FLAGS for a in argv[1:]):
@@ -76,6 +80,9 @@ def main(define_flags, run, argv=None, doc: str | None = None, prog: str | None 
     except UserError as e:
         print(f"{prog}: error: {e}", file=sys.stderr, flush=True)
         return 2
+    except Preempted as e:
+        print(f"{prog}: {e}", file=sys.stderr, flush=True)
+        return PREEMPTED_EXIT_STATUS
     except KeyboardInterrupt:
         print(
             f"{prog}: interrupted; completed outputs are kept, re-run the same command to continue.",

@@ -459,6 +459,7 @@ def plan_text(script: str, steps, done: str) -> str:
         out.append(
             f"STEP_{i}_FAILURE={shlex.quote(f'{script}: error: {step.failure}' if step.failure else '')}"
         )
+        out.append(f"STEP_{i}_STOP={shlex.quote(step.stop_file)}")
     out.append(f"DONE={shlex.quote(f'{script}: {done}' if done else '')}")
     return "\n".join(out) + "\n"
 

@@ -228,3 +228,34 @@ def word_order_task(tmp_path_factory):
     from word_order import write_word_order_task
 
     return write_word_order_task(tmp_path_factory.mktemp("word_order"))
+
+
+def pretraining_workspace(tmp_path, records: int = 2) -> dict:
+    """What the pretraining launcher needs in `tmp_path`: phase-1 (seq 128 / 20 predictions) and
+    phase-2 (512 / 80) training and test records (`records` copies of one example each), a
+    64-token vocab and configs/bert_tiny.json fitted to it; returns the launcher's environment."""
+    import json
+
+    from data.pretraining import schema, tfrecord
+
+    for phase, seq, predictions in ((1, 128, 20), (2, 512, 80)):
+        features = schema.pad_features(
+            [2, 5, 6, 3, 7, 8, 3], [0, 0, 0, 0, 1, 1, 1], [1, 4], [5, 7], False, seq, predictions
+        )
+        for split in ("training", "test"):
+            directory = tmp_path / f"phase{phase}" / split
+            directory.mkdir(parents=True)
+            record = tfrecord.frame_record(schema.serialize_example(features))
+            (directory / "part-0.tfrecord").write_bytes(record * records)
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("".join(f"tok{i}\n" for i in range(64)))
+    with open(os.path.join(ROOT, "configs", "bert_tiny.json")) as f:
+        config = dict(json.load(f), vocab_size=64)
+    (tmp_path / "bert_config.json").write_text(json.dumps(config))
+    return {
+        "PHASE1_DATA": str(tmp_path / "phase1"),
+        "PHASE2_DATA": str(tmp_path / "phase2"),
+        "VOCAB_FILE": str(vocab),
+        "BERT_CONFIG": str(tmp_path / "bert_config.json"),
+        "RESULTS_DIR": str(tmp_path / "results"),
+    }

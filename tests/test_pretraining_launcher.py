@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from conftest import LAUNCH_ENV, preset_file_values
+from conftest import LAUNCH_ENV, preset_file_values, pretraining_workspace
 from conftest import PRESETS as ALL_PRESETS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -387,36 +387,13 @@ def test_run_sub_gives_tasks_the_mounted_data_and_results(tmp_path):
 
 # ---- before and between the phases ------------------------------------------------------------
 
-VOCAB_SIZE = 64
-
-
-def _write_records(directory, seq, predictions, count=2):
-    from data.pretraining import schema, tfrecord
-
-    directory.mkdir(parents=True)
-    features = schema.pad_features(
-        [2, 5, 6, 3, 7, 8, 3], [0, 0, 0, 0, 1, 1, 1], [1, 4], [5, 7], False, seq, predictions
-    )
-    (directory / "part-0.tfrecord").write_bytes(
-        tfrecord.frame_record(schema.serialize_example(features)) * count
-    )
-
 
 @pytest.fixture
 def workspace(tmp_path):
-    """Phase-1 and phase-2 records, a 64-token vocab and a tiny config that fits it, and a python
-    stand-in that runs the launcher's helper for real but fakes run_pretraining.py: it logs its
-    arguments and writes the `checkpoint` file our trainer writes at --num_train_steps."""
-    import json
-
-    for phase, seq, predictions in ((1, 128, 20), (2, 512, 80)):
-        for split in ("training", "test"):
-            _write_records(tmp_path / f"phase{phase}" / split, seq, predictions)
-    vocab = tmp_path / "vocab.txt"
-    vocab.write_text("".join(f"tok{i}\n" for i in range(VOCAB_SIZE)))
-    with open(os.path.join(ROOT, "configs", "bert_tiny.json")) as f:
-        config = dict(json.load(f), vocab_size=VOCAB_SIZE)
-    (tmp_path / "bert_config.json").write_text(json.dumps(config))
+    """pretraining_workspace's records, vocab and config, and a python stand-in that runs the
+    launcher's helper for real but fakes run_pretraining.py: it logs its arguments and writes the
+    `checkpoint` file our trainer writes at --num_train_steps."""
+    env = pretraining_workspace(tmp_path)
     fake = tmp_path / "python"
     fake.write_text(f"""#!/bin/bash
 if [[ "${{1:-}}" == */run_pretraining.py ]]; then
@@ -432,15 +409,7 @@ fi
 exec {sys.executable} "$@"
 """)
     fake.chmod(0o755)
-    env = {
-        "BERT_PYTHON": str(fake),
-        "PHASE1_DATA": str(tmp_path / "phase1"),
-        "PHASE2_DATA": str(tmp_path / "phase2"),
-        "VOCAB_FILE": str(vocab),
-        "BERT_CONFIG": str(tmp_path / "bert_config.json"),
-        "RESULTS_DIR": str(tmp_path / "results"),
-    }
-    return tmp_path, env
+    return tmp_path, {**env, "BERT_PYTHON": str(fake)}
 
 
 def _runs(tmp_path):

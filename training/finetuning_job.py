@@ -293,7 +293,7 @@ def _train(s: FineTuningSettings, task, plan: _Plan, step, out):
             plan.train_arrays, s.train_batch_size, num_workers=dist.size, worker_index=dist.rank, seed=s.seed
         )
     )
-    checkpointer, start, log = job.resume_training(
+    checkpointer, start, log, stop = job.resume_training(
         step,
         iterator,
         plan.update,
@@ -316,15 +316,17 @@ def _train(s: FineTuningSettings, task, plan: _Plan, step, out):
         periodic = periodic_evaluation(
             step, task, split, s.eval_every_n_steps, plan.steps, features, s.predict_batch_size, log
         )
-    return loop.train(
-        step,
-        iterator,
-        checkpointer,
-        log,
-        num_train_steps=plan.steps,
-        save_checkpoints_steps=s.save_checkpoints_steps,
-        periodic=periodic,
-    )
+    with stop:
+        return loop.train(
+            step,
+            iterator,
+            checkpointer,
+            log,
+            num_train_steps=plan.steps,
+            save_checkpoints_steps=s.save_checkpoints_steps,
+            periodic=periodic,
+            stop=stop,
+        )
 
 
 def _predict_and_export(s: FineTuningSettings, task, plan: _Plan, step, global_step: int, out, result: dict):

@@ -8,8 +8,9 @@ is built one way.
         job.report("pretraining", {**update.describe(), ...}, out, path)  # print, resolved_config.json
         model = job.build_model(lambda dtype: ..., seed=..., precision=..., rank=dist.rank)
         step = update.build(model, objective, warmup_steps=..., train_steps=..., distributed=dist, ...)
-        checkpointer, start, log = job.resume_training(step, iterator, update, ...)
-        loop.train(step, batches, checkpointer, log, ...)
+        checkpointer, start, log, stop = job.resume_training(step, iterator, update, ...)
+        with stop:
+            loop.train(step, batches, checkpointer, log, ..., stop=stop)
 
 `out` is the caller's stream on rank 0 and a sink on the other ranks: a job reports once.
 """
@@ -137,15 +138,20 @@ def report(title: str, resolved: dict, stream, path: str | None) -> None:
 def resume_training(
     step, iterator, update: Update, *, output_dir: str, train_steps: int, keep: int, log_every: int, stream
 ):
-    """(Checkpointer, start step, MetricsLog) of a training run: leftovers of an interrupted save
-    removed, the latest checkpoint of output_dir restored (weights, optimizer, the iterator's
-    position), the log counting from there."""
+    """(Checkpointer, start step, MetricsLog, StopRequests) of a training run: leftovers of an
+    interrupted save removed, the latest checkpoint of output_dir restored (weights, optimizer,
+    the iterator's position), the log counting from there, and the preemption notices to watch
+    (`with stop: loop.train(..., stop=stop)`; a STOP file an earlier run left is cleared here)."""
     from training import loop
     from training.checkpointing import Checkpointer
     from training.metrics_log import MetricsLog
+    from training.preemption import StopRequests
 
     checkpointer = Checkpointer(output_dir, step, iterator, keep=keep, distributed=step.distributed)
     checkpointer.remove_leftovers()
+    stop = StopRequests(output_dir, step.distributed)
+    if step.distributed.is_chief:
+        stop.clear_stale_file()  # before loop.resume, the workers' first agreement
     start = loop.resume(checkpointer, step)
     log = MetricsLog(
         output_dir,
@@ -156,7 +162,7 @@ def resume_training(
         enabled=step.distributed.is_chief,
         stream=stream,
     )
-    return checkpointer, start, log
+    return checkpointer, start, log, stop
 
 
 def weights_step(step, trained: bool, source: str | None) -> int:

@@ -24,6 +24,19 @@ STOP_FILE_NAME = "STOP"
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 
 
+def _process_start_time() -> float:
+    """When this process started (seconds since the epoch)."""
+    try:
+        import psutil
+
+        return psutil.Process().create_time()
+    except (ImportError, OSError):
+        return _IMPORTED
+
+
+_IMPORTED = time.time()
+
+
 class StopRequests:
     """A worker's preemption notices, and the agreement on them across workers.
 
@@ -35,7 +48,6 @@ class StopRequests:
         self.distributed = distributed
         self.received = None  # the first stop signal's name, once one arrived
         self._previous = {}
-        self._created = time.time()
 
     def __enter__(self):
         """Installs the signal handlers (main thread only, as Python requires)."""
@@ -56,9 +68,9 @@ class StopRequests:
     def clear_stale_file(self) -> None:
         """Removes a STOP file that an earlier, preempted run left (call on one worker, before the
         workers first agree on anything): its notice has been honoured. One written since this
-        object was made is a new notice and stays."""
+        process started is a notice for this run and stays."""
         try:
-            if os.path.getmtime(self.stop_file) < self._created:
+            if os.path.getmtime(self.stop_file) < _process_start_time():
                 os.remove(self.stop_file)
         except FileNotFoundError:
             pass

@@ -247,7 +247,7 @@ def _train(s: PretrainingSettings, plan: _Plan, step, out):
     from training.input_pipeline import naming_corrupt_files
 
     iterator = iter(plan.train_data)
-    checkpointer, start, log = job.resume_training(
+    checkpointer, start, log, stop = job.resume_training(
         step,
         iterator,
         plan.update,
@@ -262,14 +262,16 @@ def _train(s: PretrainingSettings, plan: _Plan, step, out):
             f"{plan.resume_from} is already at step {start} of {s.num_train_steps}; nothing to train.",
             file=out,
         )
-    metrics = loop.train(
-        step,
-        naming_corrupt_files(iterator, plan.train_files),
-        checkpointer,
-        log,
-        num_train_steps=s.num_train_steps,
-        save_checkpoints_steps=s.save_checkpoints_steps,
-    )
+    with stop:
+        metrics = loop.train(
+            step,
+            naming_corrupt_files(iterator, plan.train_files),
+            checkpointer,
+            log,
+            num_train_steps=s.num_train_steps,
+            save_checkpoints_steps=s.save_checkpoints_steps,
+            stop=stop,
+        )
     return metrics, log
 
 

@@ -1,0 +1,233 @@
+"""Preemption: SIGTERM or SIGUSR1 to a worker (or to the launcher) stops every worker at the same
+update with a checkpoint and exit status 75; the same command run again ends with exactly the
+weights of a run that was never stopped. run_pretraining.py alone, two Horovod workers with the
+notice sent to one of them, run_classifier.py, and the pretraining launcher."""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import psutil
+import pytest
+import tensorflow as tf
+
+import tiny_pretraining as tiny
+from common.errors import PREEMPTED_EXIT_STATUS
+from conftest import BIN, LAUNCH_ENV, ROOT, logged_steps, pretraining_workspace, worker_env
+from finetuning_runs import _flags
+
+pytestmark = pytest.mark.slow
+STEPS, SAVE_EVERY, STOP_AFTER = 10, 4, 5  # checkpoints at 4, 8, 10; the notice after step 5
+
+
+def _arrays(output_dir, step):
+    reader = tf.train.load_checkpoint(os.path.join(output_dir, f"ckpt-{step}"))
+    return {n: reader.get_tensor(n) for n in reader.get_variable_to_shape_map()}
+
+
+def _assert_identical(got_dir, want_dir, step):
+    got, want = _arrays(got_dir, step), _arrays(want_dir, step)
+    assert set(got) == set(want) and "training_state/optimizer/iterations" in got
+    diffs = {
+        n: float(np.max(np.abs(got[n].astype(np.float64) - want[n].astype(np.float64)), initial=0))
+        for n in want
+    }
+    assert max(diffs.values()) == 0.0, sorted(diffs.items(), key=lambda kv: -kv[1])[:5]
+
+
+def _notice_after_step(command, output_dir, env, after, send, timeout_s=300):
+    """Starts `command`; once its log shows a step >= `after`, calls send(process) and waits.
+    Returns (exit status, seconds from the notice to the exit, stderr)."""
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + timeout_s
+    while not any(s >= after for s in logged_steps(os.path.join(output_dir, "log.jsonl"))):
+        assert process.poll() is None, "the run ended before the notice: " + process.stderr.read()[-2000:]
+        assert time.monotonic() < deadline, "the run never reached the notice"
+        time.sleep(0.01)
+    sent = time.monotonic()
+    send(process)
+    _, err = process.communicate(timeout=timeout_s)
+    return process.returncode, time.monotonic() - sent, err
+
+
+def _stopped_at(stderr: str) -> int:
+    match = re.search(
+        r"Stopped for a preemption notice \((.+?)\) at step (\d+): (\S+) holds step \2;", stderr
+    )
+    assert match, stderr[-3000:]
+    return int(match.group(2))
+
+
+def _pretraining(data, output_dir, **overrides):
+    # Batch 128 x 2 micro-batches: an update long enough (tens of ms) for the notice to land
+    # between checkpoints; dropout on, XLA on.
+    values = dict(
+        num_train_steps=STEPS,
+        save_checkpoints_steps=SAVE_EVERY,
+        num_accumulation_steps=2,
+        train_batch_size=128,
+        num_warmup_steps=2,
+        use_xla=True,
+        seed=7,
+    )
+    return [
+        os.path.join(ROOT, "run_pretraining.py"),
+        *tiny.flags(data, output_dir, **{**values, **overrides}),
+    ]
+
+
+def test_sigterm_stops_one_worker_with_a_checkpoint_and_the_rerun_ends_bit_identical(tmp_path):
+    data = tiny.setup(tmp_path / "data", files=2, per_file=60)
+    straight, stopped = tmp_path / "straight", tmp_path / "stopped"
+    env = worker_env()
+    uninterrupted = subprocess.Popen(
+        [sys.executable, *_pretraining(data, straight)], env=env, stderr=subprocess.PIPE
+    )
+
+    status, seconds, err = _notice_after_step(
+        [sys.executable, *_pretraining(data, stopped)],
+        stopped,
+        env,
+        STOP_AFTER,
+        lambda p: p.send_signal(signal.SIGTERM),
+    )
+    assert status == PREEMPTED_EXIT_STATUS, err[-3000:]
+    step = _stopped_at(err)
+    assert "(SIGTERM)" in err and STOP_AFTER <= step < STEPS
+    assert tf.train.latest_checkpoint(str(stopped)).endswith(f"ckpt-{step}")  # nothing lost
+    assert seconds < 60, f"{seconds:.1f} s from SIGTERM to the exit"
+    print(f"one worker: SIGTERM to exit {seconds:.2f} s (stopped at step {step})")
+
+    resumed = subprocess.run(
+        [sys.executable, *_pretraining(data, stopped)], env=env, capture_output=True, text=True
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"Resuming from {stopped}/ckpt-{step}" in resumed.stdout
+    assert uninterrupted.wait(timeout=300) == 0
+    _assert_identical(stopped, straight, STEPS)
+
+
+def _rank_process(launcher: subprocess.Popen, rank: int) -> psutil.Process:
+    for child in psutil.Process(launcher.pid).children(recursive=True):
+        try:
+            if child.environ().get("HOROVOD_RANK") == str(rank) and "run_pretraining.py" in " ".join(
+                child.cmdline()
+            ):
+                return child
+        except psutil.Error:
+            continue
+    raise AssertionError(f"no worker of rank {rank} under horovodrun")
+
+
+def test_sigusr1_to_one_of_two_workers_stops_both_at_the_same_update(tmp_path):
+    data = tiny.setup(tmp_path / "data", files=2, per_file=60)
+    horovodrun = [os.path.join(BIN, "horovodrun"), "-np", "2", "-H", "localhost:2", "--gloo", sys.executable]
+    straight, stopped = tmp_path / "straight", tmp_path / "stopped"
+    env = worker_env()
+    flags = dict(train_batch_size=64, use_horovod=True)
+    uninterrupted = subprocess.run(
+        [*horovodrun, *_pretraining(data, straight, **flags)], env=env, capture_output=True, text=True
+    )
+    assert uninterrupted.returncode == 0, uninterrupted.stderr[-3000:]
+
+    status, seconds, err = _notice_after_step(
+        [*horovodrun, *_pretraining(data, stopped, **flags)],
+        stopped,
+        env,
+        STOP_AFTER,
+        lambda p: _rank_process(p, 1).send_signal(signal.SIGUSR1),  # rank 1 alone gets the notice
+    )
+    assert status != 0, err[-3000:]  # horovodrun reports the workers' 75 as a failure of its own
+    lines = re.findall(r"Stopped for a preemption notice \((.+?)\) at step (\d+)", err)
+    assert sorted(reason for reason, _ in lines) == ["SIGUSR1", "another worker's notice"], err[-3000:]
+    (step,) = {int(s) for _, s in lines}  # both workers stopped at the same update
+    assert tf.train.latest_checkpoint(str(stopped)).endswith(f"ckpt-{step}")
+    assert {f"ckpt-{step}-rank-0-of-2", f"ckpt-{step}-rank-1-of-2"} <= set(
+        os.listdir(stopped / "worker_state")
+    )
+    print(f"two workers: SIGUSR1 to rank 1, both out {seconds:.2f} s later (step {step})")
+
+    resumed = subprocess.run(
+        [*horovodrun, *_pretraining(data, stopped, **flags)], env=env, capture_output=True, text=True
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    _assert_identical(stopped, straight, STEPS)
+
+
+def test_run_classifier_stops_on_sigterm_and_the_rerun_ends_bit_identical(word_order_task, tmp_path):
+    def command(output_dir):
+        # 1600 rows / (64 x 2) x 0.8 epochs = 10 updates of 2 micro-batches, dropout on, XLA.
+        flags = _flags(
+            word_order_task,
+            output_dir,
+            "--do_train",
+            task_name="SST-2",
+            data_dir=word_order_task["data_dir"],
+            max_seq_length=32,
+            train_batch_size=64,
+            num_accumulation_steps=2,
+            num_train_epochs=0.8,
+            save_checkpoints_steps=SAVE_EVERY,
+            use_xla="true",
+            seed=7,
+        )
+        return [sys.executable, os.path.join(ROOT, "run_classifier.py"), *flags]
+
+    env = worker_env()
+    straight, stopped = tmp_path / "straight", tmp_path / "stopped"
+    uninterrupted = subprocess.Popen(
+        command(straight), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    status, seconds, err = _notice_after_step(
+        command(stopped), stopped, env, STOP_AFTER, lambda p: p.send_signal(signal.SIGTERM)
+    )
+    assert status == PREEMPTED_EXIT_STATUS, err[-3000:]
+    step = _stopped_at(err)
+    assert STOP_AFTER <= step < STEPS and seconds < 60
+    resumed = subprocess.run(command(stopped), env=env, capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"(step {step} of {STEPS})" in resumed.stdout
+    assert uninterrupted.wait(timeout=300) == 0
+    _assert_identical(stopped, straight, STEPS)
+
+
+def test_sigterm_to_the_launcher_stops_the_phase_and_a_rerun_finishes_both(tmp_path):
+    """The launcher is signalled, not the worker: it writes the phase's STOP file, exits 75 and
+    starts no phase 2; the same command then resumes phase 1 and runs phase 2."""
+    env = pretraining_workspace(tmp_path, records=64)
+    args = [
+        "--preset=cpu_tiny",
+        "--train_steps=20",  # phase 1: 18 updates; phase 2: (20 - 18) x 4 / 2 = 4
+        "--train_batch_size_phase1=4",
+        "--train_batch_size_phase2=2",
+        "--num_accumulation_steps_phase2=1",
+        "--warmup_steps_phase1=2",
+        "--warmup_steps_phase2=1",
+        "--save_checkpoint_steps=8",
+        "--use_xla=false",
+        "--do_eval=false",
+    ]
+    phase1 = tmp_path / "results" / "phase_1"
+    command = ["bash", os.path.join(ROOT, "scripts", "run_pretraining_lamb.sh"), *args]
+    full_env = {k: v for k, v in worker_env().items() if k not in LAUNCH_ENV and not k.startswith("SLURM_")}
+    full_env.update(env, BERT_PYTHON=sys.executable)
+    status, seconds, err = _notice_after_step(
+        command, phase1, full_env, 3, lambda p: p.send_signal(signal.SIGTERM), timeout_s=600
+    )
+    assert status == PREEMPTED_EXIT_STATUS, err[-3000:]
+    assert "stopped for a preemption (SIGTERM): re-run the same command to continue" in err
+    step = _stopped_at(err)
+    assert 3 <= step < 18 and tf.train.latest_checkpoint(str(phase1)).endswith(f"ckpt-{step}")
+    assert not (tmp_path / "results" / "phase_2").exists()  # phase 2 never started
+    print(f"launcher: SIGTERM to exit {seconds:.2f} s (phase 1 stopped at step {step})")
+
+    again = subprocess.run(command, env=full_env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"Resuming from {phase1}/ckpt-{step}" in again.stdout
+    assert not (phase1 / "STOP").exists()  # the honoured notice was cleared
+    assert tf.train.latest_checkpoint(str(phase1)).endswith("ckpt-18")
+    assert tf.train.latest_checkpoint(str(tmp_path / "results" / "phase_2")).endswith("ckpt-4")
