@@ -207,11 +207,20 @@ class TwoHosts:
             found += [int(p) for p in result.stdout.split()]
         return found
 
-    def listeners(self) -> list:
-        """TCP listening sockets of the machine's own namespace held by this run's processes."""
-        ours = set(self.pids())
-        result = subprocess.run(["ss", "-Hltnp"], capture_output=True, text=True)
-        return [line for line in result.stdout.splitlines() if any(f"pid={p}," in line for p in ours)]
+    def netns_id(self, host: Host) -> int:
+        """The inode of the host's network namespace (what /proc/PID/ns/net of its processes shows)."""
+        return os.stat(os.path.join("/run/netns", host.namespace)).st_ino
+
+    def nic_bytes(self) -> dict:
+        """{host name: (bytes sent, bytes received)} on each host's end of the veth."""
+        counters = {}
+        for host in self.hosts:
+            read = "cat /sys/class/net/{0}/statistics/tx_bytes /sys/class/net/{0}/statistics/rx_bytes".format(
+                NIC
+            )
+            out = _run("ip", "netns", "exec", host.namespace, "sh", "-c", read).split()
+            counters[host.name] = (int(out[0]), int(out[1]))
+        return counters
 
     def stop(self) -> None:
         """Stops the sshds and anything else left in the namespaces, then removes the namespaces
