@@ -9,7 +9,7 @@ set -euo pipefail
 
 missing=()
 [[ -x /usr/sbin/sshd ]] || missing+=(openssh-server)
-[[ -x /usr/bin/ssh || -x /usr/bin/ssh-keygen ]] || missing+=(openssh-client)
+[[ -x /usr/bin/ssh && -x /usr/bin/ssh-keygen ]] || missing+=(openssh-client)
 command -v ip >/dev/null || missing+=(iproute2)
 [[ ${#missing[@]} -gt 0 ]] || exit 0
 
