@@ -79,6 +79,12 @@ def define_flags(
     flag("seed", "Seed of the head's initialisation, dropout and input shuffling.", int)
     flag("deterministic", "TF op determinism (exact resume); turn off for speed on GPUs.")
     flag(
+        "worker_timeout_seconds",
+        "With several workers: a worker that sees no update for this long (a worker died, froze or "
+        "lost the network) names the silent workers and the last checkpoint and stops; above the "
+        "longest update and checkpoint save.",
+    )
+    flag(
         "export_dir",
         "Write a SavedModel here (serving_default: input_ids, input_mask, segment_ids -> logits) "
         "after training, or from --output_dir's latest checkpoint without --do_train.",

@@ -99,6 +99,12 @@ def define_flags(fv) -> None:
         "to an uninterrupted one (turn off for speed on GPUs).",
     )
     flag("shuffle_buffer", "Examples in each worker's shuffle buffer.")
+    flag(
+        "worker_timeout_seconds",
+        "With several workers: a worker that sees no update for this long (a worker died, froze or "
+        "lost the network) names the silent workers and the last checkpoint and stops; above the "
+        "longest update and checkpoint save.",
+    )
 
 
 def _files(flag_values, name: str) -> str | None:

@@ -70,18 +70,27 @@ def logged_steps(path) -> list[int]:
 def kill_after_step(command, output_dir, env, kill_after: int, timeout_s: float = 240) -> None:
     """Starts `command` and kills it (SIGKILL) as soon as its log.jsonl in `output_dir` shows a
     step >= kill_after; fails when the run ends or stalls before that."""
-    import signal
+    notice_after_step(command, output_dir, env, kill_after, lambda p: p.kill(), timeout_s)
+
+
+def notice_after_step(command, output_dir, env, after: int, send, timeout_s: float = 300):
+    """Starts `command`; once its log.jsonl in `output_dir` shows a step >= `after`, calls
+    send(process) and waits for the exit. Returns (exit status, seconds from send to the exit,
+    stderr); fails when the run ends or stalls before `after`."""
     import subprocess
     import time
 
-    victim = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + timeout_s
-    while not any(s >= kill_after for s in logged_steps(os.path.join(output_dir, "log.jsonl"))):
-        assert victim.poll() is None, "the run ended before it could be killed"
-        assert time.monotonic() < deadline, "the run never reached the kill point"
-        time.sleep(0.001)
-    victim.send_signal(signal.SIGKILL)
-    victim.wait()
+    while not any(s >= after for s in logged_steps(os.path.join(output_dir, "log.jsonl"))):
+        if process.poll() is not None:
+            raise AssertionError("the run ended before the notice: " + process.stderr.read()[-3000:])
+        assert time.monotonic() < deadline, "the run never reached the notice"
+        time.sleep(0.005)
+    sent = time.monotonic()
+    send(process)
+    _, err = process.communicate(timeout=timeout_s)
+    return process.returncode, time.monotonic() - sent, err
 
 
 # Real English sentences (some as pairs) for parity checks: varied length, punctuation,

@@ -8,7 +8,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import psutil
@@ -17,7 +16,7 @@ import tensorflow as tf
 
 import tiny_pretraining as tiny
 from common.errors import PREEMPTED_EXIT_STATUS
-from conftest import BIN, LAUNCH_ENV, ROOT, logged_steps, pretraining_workspace, worker_env
+from conftest import BIN, LAUNCH_ENV, ROOT, notice_after_step, pretraining_workspace, worker_env
 from finetuning_runs import _flags
 
 pytestmark = pytest.mark.slow
@@ -39,21 +38,6 @@ def _assert_identical(got_dir, want_dir, step):
     assert max(diffs.values()) == 0.0, sorted(diffs.items(), key=lambda kv: -kv[1])[:5]
 
 
-def _notice_after_step(command, output_dir, env, after, send, timeout_s=300):
-    """Starts `command`; once its log shows a step >= `after`, calls send(process) and waits.
-    Returns (exit status, seconds from the notice to the exit, stderr)."""
-    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + timeout_s
-    while not any(s >= after for s in logged_steps(os.path.join(output_dir, "log.jsonl"))):
-        assert process.poll() is None, "the run ended before the notice: " + process.stderr.read()[-2000:]
-        assert time.monotonic() < deadline, "the run never reached the notice"
-        time.sleep(0.01)
-    sent = time.monotonic()
-    send(process)
-    _, err = process.communicate(timeout=timeout_s)
-    return process.returncode, time.monotonic() - sent, err
-
-
 def _stopped_at(stderr: str) -> int:
     match = re.search(
         r"Stopped for a preemption notice \((.+?)\) at step (\d+): (\S+) holds step \2;", stderr
@@ -62,7 +46,7 @@ def _stopped_at(stderr: str) -> int:
     return int(match.group(2))
 
 
-def _pretraining(data, output_dir, **overrides):
+def pretraining_command(data, output_dir, **overrides):
     # Batch 128 x 2 micro-batches: an update long enough (tens of ms) for the notice to land
     # between checkpoints; dropout on, XLA on.
     values = dict(
@@ -85,11 +69,11 @@ def test_sigterm_stops_one_worker_with_a_checkpoint_and_the_rerun_ends_bit_ident
     straight, stopped = tmp_path / "straight", tmp_path / "stopped"
     env = worker_env()
     uninterrupted = subprocess.Popen(
-        [sys.executable, *_pretraining(data, straight)], env=env, stderr=subprocess.PIPE
+        [sys.executable, *pretraining_command(data, straight)], env=env, stderr=subprocess.PIPE
     )
 
-    status, seconds, err = _notice_after_step(
-        [sys.executable, *_pretraining(data, stopped)],
+    status, seconds, err = notice_after_step(
+        [sys.executable, *pretraining_command(data, stopped)],
         stopped,
         env,
         STOP_AFTER,
@@ -103,7 +87,7 @@ def test_sigterm_stops_one_worker_with_a_checkpoint_and_the_rerun_ends_bit_ident
     print(f"one worker: SIGTERM to exit {seconds:.2f} s (stopped at step {step})")
 
     resumed = subprocess.run(
-        [sys.executable, *_pretraining(data, stopped)], env=env, capture_output=True, text=True
+        [sys.executable, *pretraining_command(data, stopped)], env=env, capture_output=True, text=True
     )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"Resuming from {stopped}/ckpt-{step}" in resumed.stdout
@@ -111,7 +95,7 @@ def test_sigterm_stops_one_worker_with_a_checkpoint_and_the_rerun_ends_bit_ident
     _assert_identical(stopped, straight, STEPS)
 
 
-def _rank_process(launcher: subprocess.Popen, rank: int) -> psutil.Process:
+def rank_process(launcher: subprocess.Popen, rank: int) -> psutil.Process:
     for child in psutil.Process(launcher.pid).children(recursive=True):
         try:
             if child.environ().get("HOROVOD_RANK") == str(rank) and "run_pretraining.py" in " ".join(
@@ -130,16 +114,16 @@ def test_sigusr1_to_one_of_two_workers_stops_both_at_the_same_update(tmp_path):
     env = worker_env()
     flags = dict(train_batch_size=64, use_horovod=True)
     uninterrupted = subprocess.run(
-        [*horovodrun, *_pretraining(data, straight, **flags)], env=env, capture_output=True, text=True
+        [*horovodrun, *pretraining_command(data, straight, **flags)], env=env, capture_output=True, text=True
     )
     assert uninterrupted.returncode == 0, uninterrupted.stderr[-3000:]
 
-    status, seconds, err = _notice_after_step(
-        [*horovodrun, *_pretraining(data, stopped, **flags)],
+    status, seconds, err = notice_after_step(
+        [*horovodrun, *pretraining_command(data, stopped, **flags)],
         stopped,
         env,
         STOP_AFTER,
-        lambda p: _rank_process(p, 1).send_signal(signal.SIGUSR1),  # rank 1 alone gets the notice
+        lambda p: rank_process(p, 1).send_signal(signal.SIGUSR1),  # rank 1 alone gets the notice
     )
     assert status != 0, err[-3000:]  # horovodrun reports the workers' 75 as a failure of its own
     lines = re.findall(r"Stopped for a preemption notice \((.+?)\) at step (\d+)", err)
@@ -152,7 +136,7 @@ def test_sigusr1_to_one_of_two_workers_stops_both_at_the_same_update(tmp_path):
     print(f"two workers: SIGUSR1 to rank 1, both out {seconds:.2f} s later (step {step})")
 
     resumed = subprocess.run(
-        [*horovodrun, *_pretraining(data, stopped, **flags)], env=env, capture_output=True, text=True
+        [*horovodrun, *pretraining_command(data, stopped, **flags)], env=env, capture_output=True, text=True
     )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     _assert_identical(stopped, straight, STEPS)
@@ -182,7 +166,7 @@ def test_run_classifier_stops_on_sigterm_and_the_rerun_ends_bit_identical(word_o
     uninterrupted = subprocess.Popen(
         command(straight), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
-    status, seconds, err = _notice_after_step(
+    status, seconds, err = notice_after_step(
         command(stopped), stopped, env, STOP_AFTER, lambda p: p.send_signal(signal.SIGTERM)
     )
     assert status == PREEMPTED_EXIT_STATUS, err[-3000:]
@@ -215,7 +199,7 @@ def test_sigterm_to_the_launcher_stops_the_phase_and_a_rerun_finishes_both(tmp_p
     command = ["bash", os.path.join(ROOT, "scripts", "run_pretraining_lamb.sh"), *args]
     full_env = {k: v for k, v in worker_env().items() if k not in LAUNCH_ENV and not k.startswith("SLURM_")}
     full_env.update(env, BERT_PYTHON=sys.executable)
-    status, seconds, err = _notice_after_step(
+    status, seconds, err = notice_after_step(
         command, phase1, full_env, 3, lambda p: p.send_signal(signal.SIGTERM), timeout_s=600
     )
     assert status == PREEMPTED_EXIT_STATUS, err[-3000:]

@@ -63,6 +63,7 @@ class FineTuningSettings:
     eval_every_n_steps: int = setting("steps", 0)  # 0: evaluate after training only
     seed: int = 12345
     deterministic: bool = setting("bool", True)
+    worker_timeout_seconds: int = setting("count", 300)  # training/watchdog.py
     export_dir: str | None = None
     triton_repository: str | None = None
 
@@ -285,15 +286,13 @@ def _build_step(s: FineTuningSettings, task, plan: _Plan, dist, out):
 
 def _train(s: FineTuningSettings, task, plan: _Plan, step, out):
     """Step 5a: training from where output_dir's checkpoints left off; the last metrics."""
-    from training import loop
-
     dist = step.distributed
     iterator = iter(
         training_dataset(
             plan.train_arrays, s.train_batch_size, num_workers=dist.size, worker_index=dist.rank, seed=s.seed
         )
     )
-    checkpointer, start, log, stop = job.resume_training(
+    training = job.resume_training(
         step,
         iterator,
         plan.update,
@@ -301,10 +300,11 @@ def _train(s: FineTuningSettings, task, plan: _Plan, step, out):
         train_steps=plan.steps,
         keep=s.keep_checkpoints,
         log_every=s.log_every_n_steps,
+        worker_timeout_s=s.worker_timeout_seconds,
         stream=out,
     )
     if plan.resume_from:
-        print(f"Resuming from {plan.resume_from} (step {start} of {plan.steps}).", file=out)
+        print(f"Resuming from {plan.resume_from} (step {training.start} of {plan.steps}).", file=out)
     periodic = None
     if s.eval_every_n_steps:
         split = task.prediction_splits(do_eval=True, do_predict=False)[0]
@@ -314,19 +314,15 @@ def _train(s: FineTuningSettings, task, plan: _Plan, step, out):
             else None
         )
         periodic = periodic_evaluation(
-            step, task, split, s.eval_every_n_steps, plan.steps, features, s.predict_batch_size, log
+            step, task, split, s.eval_every_n_steps, plan.steps, features, s.predict_batch_size, training.log
         )
-    with stop:
-        return loop.train(
-            step,
-            iterator,
-            checkpointer,
-            log,
-            num_train_steps=plan.steps,
-            save_checkpoints_steps=s.save_checkpoints_steps,
-            periodic=periodic,
-            stop=stop,
-        )
+    return training.run(
+        step,
+        iterator,
+        num_train_steps=plan.steps,
+        save_checkpoints_steps=s.save_checkpoints_steps,
+        periodic=periodic,
+    )
 
 
 def _predict_and_export(s: FineTuningSettings, task, plan: _Plan, step, global_step: int, out, result: dict):

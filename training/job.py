@@ -8,9 +8,8 @@ is built one way.
         job.report("pretraining", {**update.describe(), ...}, out, path)  # print, resolved_config.json
         model = job.build_model(lambda dtype: ..., seed=..., precision=..., rank=dist.rank)
         step = update.build(model, objective, warmup_steps=..., train_steps=..., distributed=dist, ...)
-        checkpointer, start, log, stop = job.resume_training(step, iterator, update, ...)
-        with stop:
-            loop.train(step, batches, checkpointer, log, ..., stop=stop)
+        training = job.resume_training(step, iterator, update, ...)
+        training.run(step, batches, num_train_steps=..., save_checkpoints_steps=...)
 
 `out` is the caller's stream on rank 0 and a sink on the other ranks: a job reports once.
 """
@@ -135,17 +134,55 @@ def report(title: str, resolved: dict, stream, path: str | None) -> None:
         write_json(path, resolved)
 
 
+@dataclasses.dataclass
+class Training:
+    """What drives a training run once its step is built (see resume_training)."""
+
+    checkpointer: object  # training.checkpointing.Checkpointer
+    start: int  # the step it continues from
+    log: object  # training.metrics_log.MetricsLog
+    stop: object  # training.preemption.StopRequests
+    watchdog: object  # training.watchdog.Watchdog
+
+    def run(self, step, micro_batches, *, num_train_steps: int, save_checkpoints_steps: int, periodic=None):
+        """loop.train with the preemption notices and the watchdog in force; the last metrics."""
+        from training import loop
+
+        with self.stop, self.watchdog:
+            return loop.train(
+                step,
+                micro_batches,
+                self.checkpointer,
+                self.log,
+                num_train_steps=num_train_steps,
+                save_checkpoints_steps=save_checkpoints_steps,
+                periodic=periodic,
+                stop=self.stop,
+                watchdog=self.watchdog,
+            )
+
+
 def resume_training(
-    step, iterator, update: Update, *, output_dir: str, train_steps: int, keep: int, log_every: int, stream
-):
-    """(Checkpointer, start step, MetricsLog, StopRequests) of a training run: leftovers of an
-    interrupted save removed, the latest checkpoint of output_dir restored (weights, optimizer,
-    the iterator's position), the log counting from there, and the preemption notices to watch
-    (`with stop: loop.train(..., stop=stop)`; a STOP file an earlier run left is cleared here)."""
+    step,
+    iterator,
+    update: Update,
+    *,
+    output_dir: str,
+    train_steps: int,
+    keep: int,
+    log_every: int,
+    worker_timeout_s: float,
+    stream,
+) -> Training:
+    """The Training of a run: leftovers of an interrupted save removed, the latest checkpoint of
+    output_dir restored (weights, optimizer, the iterator's position), the log counting from there,
+    the preemption notices to watch (a STOP file an earlier run left is cleared first) and the
+    watchdog against lost workers."""
     from training import loop
     from training.checkpointing import Checkpointer
     from training.metrics_log import MetricsLog
     from training.preemption import StopRequests
+    from training.watchdog import Watchdog
 
     checkpointer = Checkpointer(output_dir, step, iterator, keep=keep, distributed=step.distributed)
     checkpointer.remove_leftovers()
@@ -162,7 +199,8 @@ def resume_training(
         enabled=step.distributed.is_chief,
         stream=stream,
     )
-    return checkpointer, start, log, stop
+    watchdog = Watchdog(output_dir, step.distributed, worker_timeout_s, checkpointer.latest)
+    return Training(checkpointer, start, log, stop, watchdog)
 
 
 def weights_step(step, trained: bool, source: str | None) -> int:

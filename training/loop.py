@@ -94,6 +94,7 @@ def train(
     save_checkpoints_steps: int,
     periodic=None,
     stop=None,
+    watchdog=None,
 ) -> dict | None:
     """Runs updates from optimizer.iterations to `num_train_steps`; returns the last metrics
     (None when there was nothing left to do).
@@ -104,6 +105,9 @@ def train(
     stop: training.preemption.StopRequests (or None). Asked before each update; once any worker
     has a preemption notice, every worker stops queueing at that same update, the queued updates
     are read, a checkpoint is written at the step reached, and Preempted is raised.
+
+    watchdog: training.watchdog.Watchdog (or None): beaten at each update boundary; a worker lost
+    to Horovod (its shutdown error) becomes the watchdog's WorkersLost sentence.
 
     micro_batches: an iterator of feature dicts (this worker's input; its position is what the
     checkpointer saves). Every worker runs this function; only rank 0 writes the checkpoint
@@ -119,49 +123,74 @@ def train(
     """
     if save_checkpoints_steps < 1:
         raise ValueError(f"save_checkpoints_steps must be >= 1 (got {save_checkpoints_steps}).")
+    try:
+        return _updates(
+            step,
+            micro_batches,
+            checkpointer,
+            log,
+            num_train_steps,
+            save_checkpoints_steps,
+            periodic,
+            stop,
+            watchdog,
+        )
+    except Exception as error:
+        from training.watchdog import is_horovod_shutdown
+
+        if watchdog is not None and is_horovod_shutdown(error):
+            raise watchdog.lost("Horovod shut down: a worker exited or its connection broke") from None
+        raise
+    finally:
+        log.close()
+
+
+def _updates(
+    step, micro_batches, checkpointer, log, num_train_steps, save_checkpoints_steps, periodic, stop, watchdog
+):
+    """train's loop (see there); returns the last metrics."""
     every = (log.log_every, save_checkpoints_steps) + ((periodic[0],) if periodic else ())
     current = start = int(step.optimizer.iterations)
     metrics = None
     scale_before = float(step.loss_scale.scale.numpy())
-    try:
-        while current < num_train_steps:
-            target = _next_read(current, current == start, every, num_train_steps)
-            started = time.perf_counter()
-            dispatched, stopping = [], False
-            while len(dispatched) < target - current:
-                if stop is not None and stop.stop_now():
-                    stopping = True
-                    break
-                dispatched.append(step.dispatch(micro_batches))
-            results = step.read(dispatched) if dispatched else []
-            applied = sum(r["applied"] for r in results)
-            seconds = (time.perf_counter() - started) / max(applied, 1)
-            for metrics in results:
-                if not metrics["applied"]:
-                    if not metrics["loss_scale_enabled"]:
-                        raise _diverged(checkpointer, current + 1, metrics, "The loss is not finite")
-                    if scale_before <= 1.0:
-                        raise _diverged(
-                            checkpointer,
-                            current + 1,
-                            metrics,
-                            "The float16 gradients overflow even with a loss scale of 1",
-                        )
-                    scale_before = metrics["loss_scale"]
-                    continue
+    while current < num_train_steps:
+        target = _next_read(current, current == start, every, num_train_steps)
+        started = time.perf_counter()
+        dispatched, stopping = [], False
+        while len(dispatched) < target - current:
+            if stop is not None and stop.stop_now():
+                stopping = True
+                break
+            if watchdog is not None:  # every worker got here: they just agreed on the flag
+                watchdog.beat(current + len(dispatched))
+            dispatched.append(step.dispatch(micro_batches))
+        results = step.read(dispatched) if dispatched else []
+        applied = sum(r["applied"] for r in results)
+        seconds = (time.perf_counter() - started) / max(applied, 1)
+        for metrics in results:
+            if not metrics["applied"]:
+                if not metrics["loss_scale_enabled"]:
+                    raise _diverged(checkpointer, current + 1, metrics, "The loss is not finite")
+                if scale_before <= 1.0:
+                    raise _diverged(
+                        checkpointer,
+                        current + 1,
+                        metrics,
+                        "The float16 gradients overflow even with a loss scale of 1",
+                    )
                 scale_before = metrics["loss_scale"]
-                current += 1
-                log.record(current, metrics, seconds)
-            if stopping:
-                raise _preempted(checkpointer, stop, start, current)
-            if current < target:
-                continue  # skipped fp16 updates left it short: queue the missing ones
-            if current % save_checkpoints_steps == 0 or current == num_train_steps:
-                checkpointer.save(current)
-            if periodic is not None and current % periodic[0] == 0:
-                periodic[1](current)
-    finally:
-        log.close()
+                continue
+            scale_before = metrics["loss_scale"]
+            current += 1
+            log.record(current, metrics, seconds)
+        if stopping:
+            raise _preempted(checkpointer, stop, start, current)
+        if current < target:
+            continue  # skipped fp16 updates left it short: queue the missing ones
+        if current % save_checkpoints_steps == 0 or current == num_train_steps:
+            checkpointer.save(current)
+        if periodic is not None and current % periodic[0] == 0:
+            periodic[1](current)
     return metrics
 
 

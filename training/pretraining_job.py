@@ -61,6 +61,7 @@ class PretrainingSettings:
     log_every_n_steps: int = setting("count", 10)
     deterministic: bool = setting("bool", True)
     shuffle_buffer: int = setting("count", 10000)
+    worker_timeout_seconds: int = setting("count", 300)  # training/watchdog.py
 
 
 def validate(s: PretrainingSettings) -> None:
@@ -243,11 +244,10 @@ def _build_step(s: PretrainingSettings, plan: _Plan, dist, out):
 
 def _train(s: PretrainingSettings, plan: _Plan, step, out):
     """Step 4: training from where output_dir's checkpoints left off; (last metrics, the log)."""
-    from training import loop
     from training.input_pipeline import naming_corrupt_files
 
     iterator = iter(plan.train_data)
-    checkpointer, start, log, stop = job.resume_training(
+    training = job.resume_training(
         step,
         iterator,
         plan.update,
@@ -255,23 +255,21 @@ def _train(s: PretrainingSettings, plan: _Plan, step, out):
         train_steps=s.num_train_steps,
         keep=s.keep_checkpoints,
         log_every=s.log_every_n_steps,
+        worker_timeout_s=s.worker_timeout_seconds,
         stream=out,
     )
-    if start >= s.num_train_steps:
+    if training.start >= s.num_train_steps:
         print(
-            f"{plan.resume_from} is already at step {start} of {s.num_train_steps}; nothing to train.",
+            f"{plan.resume_from} is already at step {training.start} of {s.num_train_steps}; nothing to train.",
             file=out,
         )
-    with stop:
-        metrics = loop.train(
-            step,
-            naming_corrupt_files(iterator, plan.train_files),
-            checkpointer,
-            log,
-            num_train_steps=s.num_train_steps,
-            save_checkpoints_steps=s.save_checkpoints_steps,
-            stop=stop,
-        )
+    metrics = training.run(
+        step,
+        naming_corrupt_files(iterator, plan.train_files),
+        num_train_steps=s.num_train_steps,
+        save_checkpoints_steps=s.save_checkpoints_steps,
+    )
+    log = training.log
     return metrics, log
 
 

@@ -1,0 +1,68 @@
+"""No silent hang: when one of two Horovod workers dies (kill -9) or freezes (SIGSTOP: a hung
+host, a network partition), the other stops within a bound with one sentence naming the lost
+worker and the last checkpoint, the launch ends non-zero, and the same command resumes."""
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+import tiny_pretraining as tiny
+from conftest import BIN, notice_after_step, worker_env
+from test_preemption import pretraining_command, rank_process
+
+pytestmark = pytest.mark.slow
+HOROVODRUN = [os.path.join(BIN, "horovodrun"), "-np", "2", "-H", "localhost:2", "--gloo", sys.executable]
+
+
+def _command(data, output_dir, **flags):
+    # 40 updates, a checkpoint every 4: the loss lands after one, well before the end.
+    values = dict(train_batch_size=64, use_horovod=True, num_train_steps=40, **flags)
+    return [*HOROVODRUN, *pretraining_command(data, output_dir, **values)]
+
+
+def _resumes(data, output_dir, checkpoint):
+    resumed = subprocess.run(_command(data, output_dir), env=worker_env(), capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"Resuming from {checkpoint}" in resumed.stdout
+
+
+def test_a_killed_worker_stops_the_other_at_once_naming_it_and_the_checkpoint(tmp_path):
+    data = tiny.setup(tmp_path / "data", files=2, per_file=60)
+    out = tmp_path / "run"
+    status, seconds, err = notice_after_step(
+        _command(data, out), out, worker_env(), 6, lambda p: rank_process(p, 1).kill()
+    )
+    assert status != 0
+    assert "Process name: 1\nExit code: 137" in err  # horovodrun names the dead worker
+    match = re.search(
+        r"Worker 0 lost the other workers after step (\d+) \(Horovod shut down[^)]*\); "
+        r"the last checkpoint is (\S+): re-run the same command",
+        err,
+    )
+    assert match, err[-3000:]
+    assert seconds < 60, f"{seconds:.1f} s"
+    print(f"kill -9 of rank 1: rank 0 out {seconds:.2f} s later")
+    _resumes(data, out, match.group(2))
+
+
+def test_a_frozen_worker_is_named_by_the_watchdog_within_its_timeout(tmp_path):
+    data = tiny.setup(tmp_path / "data", files=2, per_file=60)
+    out = tmp_path / "run"
+    # Gloo's own timeout is set far off, as MPI has none: the watchdog alone must end the wait.
+    env = worker_env(HOROVOD_GLOO_TIMEOUT_SECONDS="600")
+    status, seconds, err = notice_after_step(
+        _command(data, out, worker_timeout_seconds=10), out, env, 6, lambda p: rank_process(p, 1).suspend()
+    )
+    assert status != 0
+    match = re.search(
+        r"Worker 0 lost the other workers after step (\d+) \(no update for 10 s; worker 1 "
+        r"stopped beating first\); the last checkpoint is (\S+): re-run",
+        err,
+    )
+    assert match, err[-3000:]
+    assert 10 <= seconds < 60, f"{seconds:.1f} s"
+    print(f"SIGSTOP of rank 1: rank 0 out {seconds:.2f} s later (watchdog timeout 10 s)")
+    _resumes(data, out, match.group(2))

@@ -1,0 +1,120 @@
+"""No silent hang when a worker is lost.
+
+A worker that dies closes its sockets: Horovod shuts down on the others within a second, and
+`lost_workers_error` turns its "Horovod has been shut down" into one sentence. A worker that
+stops without closing them (a frozen host, a network partition, a stopped process) leaves the
+others waiting in a collective: over MPI for ever, over Gloo until HOROVOD_GLOO_TIMEOUT_SECONDS.
+`Watchdog` bounds that wait: every worker beats once per update (after the update boundary where
+all of them agreed on the preemption flag, so a beat means every worker got there), and its thread
+touches the worker's heartbeat file in <output_dir>/heartbeat/ every few seconds whatever the main
+thread is doing (a frozen or dead worker's file goes stale). When no beat came for `timeout_s`,
+it names the workers whose files went stale and the last checkpoint, and ends the process with
+LOST_WORKER_EXIT_STATUS, which makes the launcher (horovodrun, mpirun, srun) stop the rest.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+
+from common.errors import UserError
+
+LOST_WORKER_EXIT_STATUS = 2  # as for the UserError it is (common/cli.py)
+HEARTBEAT_DIR = "heartbeat"
+
+
+class WorkersLost(UserError):
+    """Training cannot go on: a worker is gone. The sentence names it (when the heartbeats tell)
+    and the checkpoint a re-run continues from."""
+
+
+def quiet_workers(output_dir: str, size: int, stale_s: float) -> list[int]:
+    """The ranks whose heartbeat file in output_dir was last touched more than `stale_s` seconds
+    before the newest one, or is missing: workers that died or froze."""
+    stamps = {}
+    for rank in range(size):
+        try:
+            stamps[rank] = os.path.getmtime(os.path.join(output_dir, HEARTBEAT_DIR, f"rank-{rank}"))
+        except OSError:
+            stamps[rank] = float("-inf")
+    newest = max(stamps.values())
+    return [rank for rank, stamp in stamps.items() if stamp < newest - stale_s]
+
+
+def _lost_sentence(rank: int, how: str, lost: list, step: int, checkpoint: str | None) -> str:
+    who = (
+        f"worker{'s' if len(lost) > 1 else ''} {', '.join(map(str, lost))} stopped beating first"
+        if lost
+        else "the launcher's output names the worker that exited"
+    )
+    where = f"the last checkpoint is {checkpoint}" if checkpoint else "no checkpoint was written yet"
+    return (
+        f"Worker {rank} lost the other workers after step {step} ({how}; {who}); {where}: "
+        "re-run the same command to continue from it."
+    )
+
+
+def is_horovod_shutdown(error: BaseException) -> bool:
+    return "Horovod has been shut down" in str(error) or type(error).__name__ == "HorovodInternalError"
+
+
+class Watchdog:
+    """Ends this worker when the workers stop meeting; see the module docstring.
+
+    timeout_s: how long without a beat before giving up (above the longest update and checkpoint
+    save); latest_checkpoint: a callable naming the checkpoint a re-run continues from."""
+
+    def __init__(self, output_dir: str, distributed, timeout_s: float, latest_checkpoint):
+        self.output_dir = output_dir
+        self.rank, self.size = distributed.rank, distributed.size
+        self.timeout_s = timeout_s
+        self.latest_checkpoint = latest_checkpoint
+        self.period = min(2.0, timeout_s / 4)
+        self.step = 0
+        self._beats = 0  # armed from the second beat: the first update compiles, for minutes maybe
+        self._last = time.monotonic()
+        self._done = threading.Event()
+        self._thread = None
+        self._file = os.path.join(output_dir, HEARTBEAT_DIR, f"rank-{self.rank}")
+
+    def __enter__(self):
+        if self.size > 1:
+            os.makedirs(os.path.dirname(self._file), exist_ok=True)
+            self._touch()
+            self._thread = threading.Thread(target=self._watch, name="bert-watchdog", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._done.set()
+        if self._thread is not None:
+            self._thread.join()
+        return False
+
+    def beat(self, step: int) -> None:
+        """Every worker reached `step` (call after a point all of them pass together)."""
+        self.step, self._last = step, time.monotonic()
+        self._beats += 1
+
+    def lost(self, how: str) -> WorkersLost:
+        """The error for a lost worker, found by Horovod (`how`) or by this watchdog."""
+        lost = [r for r in quiet_workers(self.output_dir, self.size, 3 * self.period) if r != self.rank]
+        return WorkersLost(_lost_sentence(self.rank, how, lost, self.step, self.latest_checkpoint()))
+
+    def _touch(self) -> None:
+        with open(self._file, "a"):
+            os.utime(self._file)
+
+    def _watch(self) -> None:
+        while not self._done.wait(self.period):
+            self._touch()
+            if self._beats >= 2 and time.monotonic() - self._last > self.timeout_s:
+                message = self.lost(f"no update for {self.timeout_s:g} s")
+                print(
+                    f"{os.path.basename(sys.argv[0]) or 'worker'}: error: {message}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                os._exit(LOST_WORKER_EXIT_STATUS)
