@@ -38,10 +38,7 @@ def run(F) -> int:
     return 0
 
 
-def main(argv=None) -> int:
-    return cli.main(
-        define_flags, run, [PROG, *(sys.argv[1:] if argv is None else argv)], doc=__doc__, prog=PROG
-    )
+main = cli.entry_point(define_flags, run, __doc__, PROG)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 
     def define_flags(fv): flag = cli.Flags(fv); flag("input_file", "...", str) ...
     def run(FLAGS) -> int: ... library calls with plain values ...
-    if __name__ == "__main__": sys.exit(cli.main(define_flags, run, sys.argv, doc=__doc__))
+    main = cli.entry_point(define_flags, run, __doc__, PROG)
+    if __name__ == "__main__": sys.exit(main())
 
 A fresh FlagValues per call (not absl's global FLAGS) lets tests call `main` in-process any
 number of times, and lets several entry points that define the same flag names (--vocab_file,
@@ -90,6 +91,16 @@ def main(define_flags, run, argv=None, doc: str | None = None, prog: str | None 
             flush=True,
         )
         return 130
+
+
+def entry_point(define_flags, run, doc: str | None, prog: str):
+    """The `main(argv=None) -> exit status` of a root entry point: `argv` without the program
+    name, sys.argv[1:] when None (tests call main([...]) in-process)."""
+
+    def entry(argv=None) -> int:
+        return main(define_flags, run, [prog, *(sys.argv[1:] if argv is None else argv)], doc=doc, prog=prog)
+
+    return entry
 
 
 def required(flag_values, *names) -> None:
