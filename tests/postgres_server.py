@@ -114,9 +114,11 @@ class PostgresServer:
         if done.returncode:
             raise RuntimeError(f"{argv[0]} failed: {done.stdout}{done.stderr}")
 
-    def url(self, password: str = PASSWORD) -> str:
-        """SQLAlchemy's URL of the study database (Optuna's --storage)."""
-        return f"postgresql+psycopg://{USER}:{password}@127.0.0.1:{self.port}/{DATABASE}"
+    def url(self, password: str | None = PASSWORD) -> str:
+        """SQLAlchemy's URL of the study database (Optuna's --storage); password None leaves it
+        out, for libpq to take from PGPASSWORD (or ~/.pgpass)."""
+        login = USER if password is None else f"{USER}:{password}"
+        return f"postgresql+psycopg://{login}@127.0.0.1:{self.port}/{DATABASE}"
 
     def start(self, timeout_s: float = 60) -> None:
         log = open(self.log_path, "ab")

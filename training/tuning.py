@@ -407,11 +407,10 @@ class Objective:
 
         s = self.s
         self.last_number = trial.number
-        earlier = [
-            t
-            for t in trial.study.get_trials(deepcopy=False)
-            if t.number < trial.number and t.state != TrialState.FAIL
-        ]
+        trials = trial.study.get_trials(deepcopy=False)
+        earlier = [t for t in trials if t.number < trial.number and t.state != TrialState.FAIL]
+        # A re-queued trial (its worker died) carries the number it retries.
+        retried = next((t.system_attrs.get("failed_trial") for t in trials if t.number == trial.number), None)
         if len(earlier) >= s.n_trials:  # another worker started the last trial at the same moment
             trial.set_user_attr("surplus", True)
             raise TrialFailed(f"not run: {s.n_trials} trials were already started")
@@ -424,7 +423,8 @@ class Objective:
         for name, value in params.items():
             trial.set_user_attr(name, value)  # fixed values too (Optuna keeps only drawn ones)
         shown = "  ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in params.items())
-        self.say(f"trial {trial.number}: {shown}  -> {trial_dir}")
+        again = f" (trial {retried} again: its worker died)" if retried is not None else ""
+        self.say(f"trial {trial.number}: {shown}  -> {trial_dir}{again}")
         log = LogFollower(os.path.join(trial_dir, LOG_NAME))
         console = os.path.join(trial_dir, "train.log")
         reported: set[int] = set()
