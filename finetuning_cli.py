@@ -159,3 +159,21 @@ def settings_from_flags(F):
     values = {name: F[name].value for name in fields if name in F}
     values.update(precision=precision, use_horovod=use_horovod)
     return FineTuningSettings(**values)
+
+
+def entry_point(define_task_flags, task_of, doc: str, prog: str, **defaults):
+    """The main() of a fine-tuning entry point (run_squad.py, run_classifier.py): the shared flags
+    with the task's `defaults`, the task's flags (`define_task_flags`), then the fine-tuning job
+    on `task_of(flags)`."""
+
+    def define_all(fv) -> None:
+        define_flags(fv, **defaults)
+        define_task_flags(fv)
+
+    def run(F) -> int:
+        from training.finetuning_job import run as run_job
+
+        run_job(settings_from_flags(F), task_of(F))
+        return 0
+
+    return cli.entry_point(define_all, run, doc, prog)

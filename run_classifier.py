@@ -19,29 +19,21 @@ from __future__ import annotations
 
 import sys
 
-from common import cli
+import finetuning_cli
 
 PROG = "run_classifier"
 
 
-def define_flags(fv) -> None:
-    import finetuning_cli
-
-    finetuning_cli.define_flags(fv, max_seq_length=128, learning_rate=2e-5, train_batch_size=32, epochs=3.0)
-    finetuning_cli.define_glue_flags(fv)
-
-
-def run(F) -> int:
-    import finetuning_cli
-    from training.finetuning_job import run as run_job
-
-    task = finetuning_cli.glue_task(F)
-    run_job(finetuning_cli.settings_from_flags(F), task)
-    return 0
-
-
-main = cli.entry_point(define_flags, run, __doc__, PROG)
-
+main = finetuning_cli.entry_point(
+    finetuning_cli.define_glue_flags,
+    finetuning_cli.glue_task,
+    __doc__,
+    PROG,
+    max_seq_length=128,
+    learning_rate=2e-5,
+    train_batch_size=32,
+    epochs=3.0,
+)
 
 if __name__ == "__main__":
     sys.exit(main())

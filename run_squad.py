@@ -17,29 +17,21 @@ from __future__ import annotations
 
 import sys
 
-from common import cli
+import finetuning_cli
 
 PROG = "run_squad"
 
 
-def define_flags(fv) -> None:
-    import finetuning_cli
-
-    finetuning_cli.define_flags(fv, max_seq_length=384, learning_rate=5e-5, train_batch_size=32, epochs=2.0)
-    finetuning_cli.define_squad_flags(fv)
-
-
-def run(F) -> int:
-    import finetuning_cli
-    from training.finetuning_job import run as run_job
-
-    task = finetuning_cli.squad_task(F)
-    run_job(finetuning_cli.settings_from_flags(F), task)
-    return 0
-
-
-main = cli.entry_point(define_flags, run, __doc__, PROG)
-
+main = finetuning_cli.entry_point(
+    finetuning_cli.define_squad_flags,
+    finetuning_cli.squad_task,
+    __doc__,
+    PROG,
+    max_seq_length=384,
+    learning_rate=5e-5,
+    train_batch_size=32,
+    epochs=2.0,
+)
 
 if __name__ == "__main__":
     sys.exit(main())

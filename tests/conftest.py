@@ -233,7 +233,7 @@ def squad_run(model_files, tmp_path_factory):
 @pytest.fixture(scope="session")
 def word_order_task(tmp_path_factory):
     """The word-order task (tests/word_order.py) in SST-2's layout and its model files, written once
-    for the tuning tests (test_tuning.py, test_tuning_postgres.py)."""
+    for every test that fine-tunes on it (fine-tuning job, tuning, preemption)."""
     from word_order import write_word_order_task
 
     return write_word_order_task(tmp_path_factory.mktemp("word_order"))

@@ -56,6 +56,31 @@ def _flags(files, output_dir, *extra, **values):
     return [f"--{k}={v}" for k, v in values.items() if v is not None] + list(extra)
 
 
+def word_order_run(task, output_dir, save_every: int, *extra) -> list:
+    """The command of a run_classifier.py fine-tuning on the word-order task (tests/word_order.py)
+    that tests interrupt: 2 micro-batches of 64 (dropout on, XLA), an update long enough for a
+    kill or a notice to land between checkpoints; 1600 rows / 128 x 0.8 epochs = 10 updates."""
+    import sys
+
+    flags = _flags(
+        task,
+        output_dir,
+        "--do_train",
+        *extra,
+        task_name="SST-2",
+        data_dir=task["data_dir"],
+        max_seq_length=32,
+        train_batch_size=64,
+        num_accumulation_steps=2,
+        num_train_epochs=0.8,
+        save_checkpoints_steps=save_every,
+        use_xla="true",
+        deterministic="true",
+        seed=7,
+    )
+    return [sys.executable, os.path.join(ROOT, "run_classifier.py"), *flags]
+
+
 def _ok(main, argv):
     status = main(argv)
     assert status == 0, f"{main.__module__} exited {status}"

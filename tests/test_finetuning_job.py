@@ -13,13 +13,21 @@ import tensorflow as tf
 import run_classifier
 from common.files import TEMP_MARK
 from conftest import BIN, ROOT, kill_after_step, worker_env
-from finetuning_runs import GLUE, SEQ, D, _checkpoint, _error, _fixture_texts, _flags, _json, _log, _ok, _tsv
-from word_order import DEV_SENTENCES, TRAIN_SENTENCES, write_model_files, write_word_order_task
-
-
-@pytest.fixture(scope="module")
-def word_order_task(tmp_path_factory):
-    return write_word_order_task(tmp_path_factory.mktemp("word_order"))
+from finetuning_runs import (
+    GLUE,
+    SEQ,
+    D,
+    _checkpoint,
+    _error,
+    _fixture_texts,
+    _flags,
+    _json,
+    _log,
+    _ok,
+    _tsv,
+    word_order_run,
+)
+from word_order import DEV_SENTENCES, TRAIN_SENTENCES, write_model_files
 
 
 def _dev_accuracy(output_dir, data_dir):
@@ -152,25 +160,7 @@ STEPS, SAVE_EVERY, KILL_AFTER = 10, 4, 5  # checkpoints at 4, 8, 10; killed afte
 @pytest.mark.slow
 def test_kill_9_then_the_same_command_ends_bit_identical(word_order_task, tmp_path):
     def command(output_dir):
-        # 2 micro-batches of 64 (dropout on, XLA): an update long enough for the kill to land
-        # between checkpoints 4 and 8; 1600 rows / 128 x 0.8 epochs = 10 updates.
-        flags = _flags(
-            word_order_task,
-            output_dir,
-            "--do_train",
-            task_name="SST-2",
-            data_dir=word_order_task["data_dir"],
-            max_seq_length=32,
-            train_batch_size=64,
-            num_accumulation_steps=2,
-            num_train_epochs=0.8,
-            save_checkpoints_steps=SAVE_EVERY,
-            keep_checkpoints=2,
-            use_xla="true",
-            deterministic="true",
-            seed=7,
-        )
-        return [sys.executable, os.path.join(ROOT, "run_classifier.py"), *flags]
+        return word_order_run(word_order_task, output_dir, SAVE_EVERY, "--keep_checkpoints=2")
 
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
     straight, killed = tmp_path / "straight", tmp_path / "killed"

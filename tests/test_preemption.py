@@ -17,7 +17,7 @@ import tensorflow as tf
 import tiny_pretraining as tiny
 from common.errors import PREEMPTED_EXIT_STATUS
 from conftest import BIN, LAUNCH_ENV, ROOT, notice_after_step, pretraining_workspace, worker_env
-from finetuning_runs import _flags
+from finetuning_runs import word_order_run
 
 pytestmark = pytest.mark.slow
 STEPS, SAVE_EVERY, STOP_AFTER = 10, 4, 5  # checkpoints at 4, 8, 10; the notice after step 5
@@ -144,22 +144,7 @@ def test_sigusr1_to_one_of_two_workers_stops_both_at_the_same_update(tmp_path):
 
 def test_run_classifier_stops_on_sigterm_and_the_rerun_ends_bit_identical(word_order_task, tmp_path):
     def command(output_dir):
-        # 1600 rows / (64 x 2) x 0.8 epochs = 10 updates of 2 micro-batches, dropout on, XLA.
-        flags = _flags(
-            word_order_task,
-            output_dir,
-            "--do_train",
-            task_name="SST-2",
-            data_dir=word_order_task["data_dir"],
-            max_seq_length=32,
-            train_batch_size=64,
-            num_accumulation_steps=2,
-            num_train_epochs=0.8,
-            save_checkpoints_steps=SAVE_EVERY,
-            use_xla="true",
-            seed=7,
-        )
-        return [sys.executable, os.path.join(ROOT, "run_classifier.py"), *flags]
+        return word_order_run(word_order_task, output_dir, SAVE_EVERY)
 
     env = worker_env()
     straight, stopped = tmp_path / "straight", tmp_path / "stopped"
