@@ -402,6 +402,8 @@ def test_a_database_gone_mid_study_stops_the_worker_with_one_sentence_and_keeps_
         assert lines[-1].startswith(
             f"run_tune: error: Lost the study storage postgresql+psycopg://bert:***@127.0.0.1:{server.port}/optuna ("
         ), lines[-1]
+        assert lines[-1].endswith("run the same command again when it answers, and the study continues.")
+        assert "Error)" not in lines[-1]  # the driver's reason, not its class names
         assert "Traceback" not in console(log) and postgres_server.PASSWORD not in console(log)
         steps = logged_steps(trial_log)
         time.sleep(2)
@@ -431,6 +433,7 @@ def test_a_wrong_password_is_one_sentence_without_it(task, postgres, tmp_path, c
         f"run_tune: error: Cannot open the study storage postgresql+psycopg://bert:***@127.0.0.1:{postgres.port}/"
     )
     assert "password authentication failed" in err and "\n" not in err and "not-the-password" not in err
+    assert "Error)" not in err
 
 
 def test_a_bare_postgresql_url_uses_the_installed_driver(postgres):

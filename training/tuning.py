@@ -219,7 +219,7 @@ def _reason(error: BaseException) -> str:
     cause = error.__cause__ if type(error).__name__ == "StorageInternalError" and error.__cause__ else error
     text = str(cause).strip()
     line = text.splitlines()[0] if text else type(cause).__name__
-    return _redacted(line.removeprefix(f"({type(getattr(cause, 'orig', cause)).__module__}.").strip())
+    return _redacted(re.sub(r"^\([\w.]+\)\s*", "", line))  # SQLAlchemy's "(psycopg.OperationalError) "
 
 
 def _storage_errors() -> tuple:
