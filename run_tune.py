@@ -53,8 +53,6 @@ DEFAULT_EVAL_EVERY = 100
 
 
 def define_flags(fv) -> None:
-    from absl import flags
-
     import finetuning_cli
     from training import tuning
 
@@ -72,52 +70,65 @@ def define_flags(fv) -> None:
     )
     finetuning_cli.define_squad_flags(fv)
 
-    def string(name, default, help_text):
-        flags.DEFINE_string(name, default, help_text, flag_values=fv)
-
-    def integer(name, default, help_text):
-        flags.DEFINE_integer(name, default, help_text, flag_values=fv)
-
-    string("search_space", None, "YAML/JSON file of the space (see the module doc).")
-    string("learning_rate_range", None, "LOW,HIGH: learning rate per worker, log-uniform.")
-    string("train_batch_size_choices", None, "Batch sizes to choose from, e.g. 16,32.")
-    string("num_train_epochs_choices", None, "Epoch counts to choose from, e.g. 2,3,4.")
-    string("warmup_proportion_range", None, "LOW,HIGH: warmup proportion, uniform.")
-    string("seed_choices", None, "Seeds to choose from, e.g. 1,2,3.")
-    string(
-        "metric", None, "Dev metric to maximise; default the task's main one (MRPC f1, SQuAD f1, CoLA ...)."
+    flag = cli.Flags(fv)
+    flag("search_space", "YAML/JSON file of the space (see the module doc).", str)
+    flag("learning_rate_range", "LOW,HIGH: learning rate per worker, log-uniform.", str)
+    flag("train_batch_size_choices", "Batch sizes to choose from, e.g. 16,32.", str)
+    flag("num_train_epochs_choices", "Epoch counts to choose from, e.g. 2,3,4.", str)
+    flag("warmup_proportion_range", "LOW,HIGH: warmup proportion, uniform.", str)
+    flag("seed_choices", "Seeds to choose from, e.g. 1,2,3.", str)
+    flag("metric", "Dev metric to maximise; default the task's main one (MRPC f1, SQuAD f1, CoLA ...).", str)
+    flag("n_trials", "Trials to finish (complete or pruned), counting every worker's.", "count", default=20)
+    flag("timeout", "Start no trial after this long (3600, 90m, 2h); a running trial finishes.", str)
+    flag("sampler", "TPE, or random sampling.", tuning.SAMPLERS, default="tpe")
+    flag("sampler_seed", "Seed of the sampler (a reproducible sequence of trials).", int)
+    flag("pruner", "Median, successive halving, or none.", tuning.PRUNERS, default="median")
+    flag(
+        "pruner_startup_trials",
+        "The median pruner prunes nothing before this many trials ended.",
+        "steps",
+        default=5,
     )
-    integer("n_trials", 20, "Trials to finish (complete or pruned), counting every worker's.")
-    string("timeout", None, "Start no trial after this long (3600, 90m, 2h); a running trial finishes.")
-    flags.DEFINE_enum("sampler", "tpe", list(tuning.SAMPLERS), "TPE, or random sampling.", flag_values=fv)
-    integer("sampler_seed", None, "Seed of the sampler (a reproducible sequence of trials).")
-    flags.DEFINE_enum(
-        "pruner", "median", list(tuning.PRUNERS), "Median, successive halving, or none.", flag_values=fv
+    flag("pruner_warmup_steps", "The median pruner prunes no trial before this update.", "steps", default=0)
+    flag("study_name", "Optuna study name; default the output directory's name.", str)
+    flag("storage", "Optuna storage URL (postgresql://, mysql+pymysql://, sqlite:///); default SQLite.", str)
+    flag(
+        "num_gpus",
+        "Workers per trial; more than 1 launches each trial through horovodrun.",
+        "count",
+        default=1,
     )
-    integer("pruner_startup_trials", 5, "The median pruner prunes nothing before this many trials ended.")
-    integer("pruner_warmup_steps", 0, "The median pruner prunes no trial before this update.")
-    string("study_name", None, "Optuna study name; default the output directory's name.")
-    string(
-        "storage", None, "Optuna storage URL (postgresql://, mysql+pymysql://, sqlite:///); default SQLite."
-    )
-    integer("num_gpus", 1, "Workers per trial; more than 1 launches each trial through horovodrun.")
-    string(
+    flag(
         "launcher_args",
-        None,
-        "Extra arguments for each trial's horovodrun/mpirun, e.g. '--gloo -H localhost:2' "
-        "(default $LAUNCHER_ARGS).",
+        "Extra arguments for each trial's horovodrun/mpirun, e.g. '--gloo -H localhost:2' (default $LAUNCHER_ARGS).",
+        str,
     )
-    integer("heartbeat_seconds", 60, "Trial heartbeat; a trial silent for 3 beats is marked failed.")
-    integer("trial_retries", 2, "Times a trial whose worker died is re-queued with the same parameters.")
-    flags.DEFINE_boolean(
+    flag(
+        "heartbeat_seconds",
+        "Trial heartbeat; a trial silent for 3 beats is marked failed.",
+        "count",
+        default=60,
+    )
+    flag(
+        "trial_retries",
+        "Times a trial whose worker died is re-queued with the same parameters.",
+        "steps",
+        default=2,
+    )
+    flag(
         "dashboard",
-        False,
         "Serve optuna-dashboard on the study's storage (--storage, else --output_dir's study.db) "
         "instead of running trials.",
-        flag_values=fv,
+        bool,
+        default=False,
     )
-    string("dashboard_host", "127.0.0.1", "Address the dashboard listens on (0.0.0.0: every interface).")
-    integer("dashboard_port", 8080, "Port of the dashboard (0: a free one, printed).")
+    flag(
+        "dashboard_host",
+        "Address the dashboard listens on (0.0.0.0: every interface).",
+        str,
+        default="127.0.0.1",
+    )
+    flag("dashboard_port", "Port of the dashboard (0: a free one, printed).", int, default=8080)
 
 
 def _space(F):

@@ -432,6 +432,15 @@ def usage(launcher: Launcher, script: str, models, presets) -> str:
     return "\n".join(lines)
 
 
+# A URL's password (postgresql://user:PASSWORD@host/db): never printed.
+_URL_PASSWORD = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://[^:/@\s]*:)[^@\s]+@")
+
+
+def shown(argv) -> str:
+    """A command as printed: shell-quoted, with any URL's password replaced by ***."""
+    return _URL_PASSWORD.sub(r"\1***@", shlex.join(argv))
+
+
 def summary(launch: Launch, plan: Plan) -> str:
     width = max(len(s.name) for s in launch.launcher.settings)
     lines = [f"== {launch.script}: resolved settings (defaults < preset < positional < named) =="]
@@ -443,10 +452,10 @@ def summary(launch: Launch, plan: Plan) -> str:
             lines.append(f"  {name:18s} = {value} ({source})")
     lines += plan.notes
     if len(plan.commands) == 1 and plan.commands[0][0] is None:
-        lines += ["command:", "  " + shlex.join(plan.commands[0][1])]
+        lines += ["command:", "  " + shown(plan.commands[0][1])]
     else:
         lines.append("commands:")
-        lines += [f"  {label}: {shlex.join(argv)}" for label, argv in plan.commands]
+        lines += [f"  {label}: {shown(argv)}" for label, argv in plan.commands]
     return "\n".join(lines)
 
 

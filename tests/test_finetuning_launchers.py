@@ -712,6 +712,11 @@ def test_run_tune_defaults_and_squad_tasks():
     assert got["task_name"] == "squad" and got["version_2_with_negative"] == "true"
     assert got["train_file"].endswith("/squad/v2.0/train-v2.0.json") and got["max_seq_length"] == "384"
     assert got["num_gpus"] == "2" and got["learning_rate_range"] == "1e-5,1e-4"
+    result = launch(
+        "run_tune.sh", "--dry_run", "--", "--storage=postgresql://bert:s3cret@db-host:5432/optuna"
+    )
+    assert result.returncode == 0 and "s3cret" not in result.stdout  # a printed command keeps no password
+    assert "--storage=postgresql://bert:***@db-host:5432/optuna" in result.stdout
     bad = launch("run_tune.sh", "FOO")
     assert bad.returncode == 2 and "must be SQuAD, SQuAD2 or a GLUE task" in bad.stderr
 
