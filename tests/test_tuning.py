@@ -123,17 +123,16 @@ def test_six_trials_prune_the_failing_learning_rate_and_report(task, tmp_path, c
 
 
 def _worker(task, out, log_path, **values):
-    argv = _argv(
-        task,
-        out,
-        n_trials=3,
-        learning_rate=GOOD,
-        num_train_epochs=2,
-        eval_every_n_steps=50,
-        pruner="none",
-        heartbeat_seconds=2,
+    values = {
+        "n_trials": 3,
+        "learning_rate": GOOD,
+        "num_train_epochs": 2,
+        "eval_every_n_steps": 50,
+        "pruner": "none",
+        "heartbeat_seconds": 2,
         **values,
-    )
+    }
+    argv = _argv(task, out, **values)
     return start_worker(argv, log_path)
 
 
@@ -314,3 +313,36 @@ def test_trial_command_passes_the_studys_flags_and_the_trials_parameters(tmp_pat
         dataclasses.replace(settings, trial_prefix=tuple(prefix)), {}, "/o/trial_003"
     )
     assert os.path.basename(mpirun[0]) == "mpirun" and "-np" in mpirun and "--gloo" in mpirun
+
+
+@pytest.mark.slow
+def test_a_preempted_worker_checkpoints_its_trial_and_the_rerun_continues_it_there(task, tmp_path):
+    from common.errors import PREEMPTED_EXIT_STATUS
+
+    out = tmp_path / "study"
+    worker = _worker(task, out, tmp_path / "a.log", n_trials=1)
+    (first,) = [started_trial(tmp_path / "a.log", worker)]
+    trial_dir = out / f"trial_{first:03d}"
+    deadline = time.monotonic() + 180
+    while not logged_steps(trial_dir / "log.jsonl"):
+        assert worker.poll() is None and time.monotonic() < deadline, console(tmp_path / "a.log")
+        time.sleep(0.05)
+    worker.send_signal(signal.SIGTERM)  # to the tuner alone: it passes the notice to its trial
+    assert worker.wait(timeout=300) == PREEMPTED_EXIT_STATUS, console(tmp_path / "a.log")
+    printed = console(tmp_path / "a.log")
+    assert f"trial {first}: stopping for a preemption notice (SIGTERM)" in printed
+    assert f"trial {first} left a checkpoint in {trial_dir} and is queued again" in printed
+    latest = tf.train.latest_checkpoint(str(trial_dir))
+    stopped_at = int(latest.rsplit("-", 1)[1])
+    assert max(logged_steps(trial_dir / "log.jsonl")) <= stopped_at < 100
+
+    again = _worker(task, out, tmp_path / "b.log", n_trials=1)  # the same command again
+    assert again.wait(timeout=600) == 0, console(tmp_path / "b.log")
+    study = _study(str(out))
+    states = {t.number: t.state.name for t in study.trials}
+    assert states == {first: "FAIL", first + 1: "COMPLETE"}  # the preempted trial, then its continuation
+    done = next(t for t in study.trials if t.number == first + 1)
+    assert done.user_attrs["output_dir"] == str(trial_dir) and done.params == study.trials[first].params
+    with open(trial_dir / "train.log") as f:
+        assert f"Resuming from {trial_dir}/ckpt-{stopped_at} (step {stopped_at} of 100)." in f.read()
+    assert max(logged_steps(trial_dir / "log.jsonl")) == 100  # 1600 rows / batch 32 x 2 epochs

@@ -14,8 +14,10 @@ runs trials until `n_trials` of them have ended complete or pruned, counting eve
 trial whose worker died (its heartbeat stops) is marked failed and re-queued with the same
 parameters (`trial_retries` times at most), and any worker runs it again. Re-running the command
 continues the study; a storage lost mid-study stops the worker with one sentence, and what the
-database committed (every finished trial) stays there. `serve_dashboard` serves optuna-dashboard
-on the same storage.
+database committed (every finished trial) stays there. A preemption notice to the worker (SIGTERM,
+SIGUSR1, <output_dir>/STOP) passes to its running trial, which stops with a checkpoint; the trial
+is queued again to continue in its own directory, and the worker exits 75 (a re-run continues).
+`serve_dashboard` serves optuna-dashboard on the same storage.
 
     <output_dir>/study.db                  the default storage
     <output_dir>/trial_<n>/                each trial's output_dir (checkpoints, log.jsonl,
@@ -39,8 +41,9 @@ import subprocess
 import sys
 import time
 
-from common.errors import UserError
+from common.errors import PREEMPTED_EXIT_STATUS, Preempted, UserError
 from common.files import ensure_writable_dir, read_json
+from training.preemption import STOP_FILE_NAME, StopRequests
 from training.tuning_report import best_complete, report
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -391,12 +394,13 @@ class Objective:
     """Optuna's objective: runs one trial's fine-tuning, reports its dev metric as it is logged,
     prunes it when the pruner says so, returns the final dev metric."""
 
-    def __init__(self, s: TuneSettings, metric: str, say, poll_seconds: float = 1.0, watch=None):
+    def __init__(self, s: TuneSettings, metric: str, say, poll_seconds: float = 1.0, watch=None, stop=None):
         self.s = s
         self.metric = metric
         self.say = say
         self.poll_seconds = poll_seconds
         self.watch = watch  # a _HeartbeatWatch: the storage lost by the heartbeat thread
+        self.stop = stop  # training.preemption.StopRequests: this worker's preemption notices
         self.last_number = None  # the trial this worker ran last
 
     def __call__(self, trial) -> float:
@@ -415,7 +419,12 @@ class Objective:
             trial.set_user_attr("surplus", True)
             raise TrialFailed(f"not run: {s.n_trials} trials were already started")
         params = {name: dim.suggest(trial) for name, dim in s.space.items()}
-        trial_dir = os.path.join(os.path.abspath(s.output_dir), f"trial_{trial.number:03d}")
+        # A trial stopped for a preemption is queued again to continue in its own directory, from
+        # its checkpoint (its process had exited; a heartbeat retry starts afresh instead, as the
+        # worker it lost may still be writing).
+        trial_dir = trial.user_attrs.get("resume_dir") or os.path.join(
+            os.path.abspath(s.output_dir), f"trial_{trial.number:03d}"
+        )
         os.makedirs(trial_dir, exist_ok=True)
         trial.set_user_attr("output_dir", trial_dir)
         trial.set_user_attr("host", socket.gethostname())
@@ -429,6 +438,7 @@ class Objective:
         console = os.path.join(trial_dir, "train.log")
         reported: set[int] = set()
         last_step = 0
+        stopping = None  # the notice passed on to the trial
         with open(console, "ab") as out:
             child = subprocess.Popen(
                 trial_command(s, params, trial_dir),
@@ -444,6 +454,11 @@ class Objective:
                     if self.watch is not None and self.watch.lost is not None:
                         raise self.watch.lost
                     done = child.poll() is not None
+                    if not done and stopping is None and self.stop is not None and self.stop.local():
+                        stopping = self.stop.reason()
+                        with open(os.path.join(trial_dir, STOP_FILE_NAME), "w"):
+                            pass  # the trial stops at its next update, with a checkpoint
+                        self.say(f"trial {trial.number}: stopping for a preemption notice ({stopping})")
                     for entry in log.new_entries():
                         last_step = max(last_step, int(entry.get("step", 0)))
                         value = entry.get("eval", {}).get(self.metric)
@@ -467,6 +482,14 @@ class Objective:
             finally:
                 _stop(child)
         trial.set_user_attr("last_step", last_step)
+        if child.returncode == PREEMPTED_EXIT_STATUS:
+            trial.set_user_attr("preempted", True)
+            trial.study.enqueue_trial(params, user_attrs={"resume_dir": trial_dir})
+            raise Preempted(
+                f"Stopped for a preemption notice ({stopping or 'to the trial'}): trial {trial.number} left a "
+                f"checkpoint in {trial_dir} and is queued again to continue from it; re-running the same "
+                "command continues the study."
+            )
         if child.returncode != 0:
             error = f"fine-tuning exited with status {child.returncode}: {_tail(console)}"
             trial.set_user_attr("error", error[-2000:])
@@ -501,11 +524,12 @@ def run(s: TuneSettings, stream=None, poll_seconds: float = 1.0) -> dict:
         print(f"[tune {time.monotonic() - started:7.0f}s] {line}", file=stream, flush=True)
 
     try:
-        with _HeartbeatWatch() as watch:
+        with _HeartbeatWatch() as watch, StopRequests(s.output_dir) as stop:
+            stop.clear_stale_file()
             study = create_study(s, metric, storage)
-            _optimize(s, metric, study, url, Objective(s, metric, say, poll_seconds, watch), say)
+            _optimize(s, metric, study, url, Objective(s, metric, say, poll_seconds, watch, stop), say)
             results = report(s.output_dir, s.space, study, metric, stream)
-    except UserError:
+    except (UserError, Preempted):
         raise
     except Exception as e:
         lost = _storage_error_in(e)
@@ -550,6 +574,11 @@ def _optimize(s: TuneSettings, metric: str, study, url: str, objective: Objectiv
             time.sleep(min(s.heartbeat_seconds, 10))
             continue
         waited = False
+        if objective.stop is not None and objective.stop.local():
+            raise Preempted(
+                f"Stopped for a preemption notice ({objective.stop.reason()}) between trials; re-running the "
+                "same command continues the study."
+            )
         with _quiet_experimental():
             study.optimize(objective, n_trials=1, catch=(TrialFailed,))
         mine = next(t for t in study.get_trials(deepcopy=False) if t.number == objective.last_number)
