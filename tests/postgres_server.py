@@ -134,9 +134,10 @@ class PostgresServer:
                 # TCP only: no socket file in a system directory the test would have to own.
                 "-c",
                 "unix_socket_directories=",
-                # Workers of three tests at once stay well under this.
+                # Each worker's pool holds up to 15, and a killed worker's connections stay until
+                # the server notices the closed socket: room for several studies' workers at once.
                 "-c",
-                "max_connections=60",
+                "max_connections=200",
             ],
             user=self._user,
             stdout=log,
