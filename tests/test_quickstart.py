@@ -84,8 +84,8 @@ def test_quickstart_runs_every_stage_and_prints_the_results(tmp_path, minilm_dir
     ) in out
 
     # The closing table: one row per stage, each with its time, the QA rows with their scores.
-    table = out[out.index("Quickstart results") :]
-    rows = [line for line in table.splitlines() if re.match(r"  [1-7] ", line)]
+    table = out[out.index("Quickstart results") :].split("\n\n")[0].splitlines()
+    rows = table[3:]  # after the title, the header and its rule; the table ends at a blank line
     assert [row.split()[0] for row in rows] == [str(i) for i in range(1, 8)]
     assert all(re.search(r"  \d+:\d\d  ", row) for row in rows)
     assert f"EM {minilm['exact_match']:.1f}, F1 {minilm['f1']:.1f}" in rows[6]

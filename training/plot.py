@@ -190,13 +190,13 @@ def _mark_runs(axes, runs: list[Run]) -> None:
                 ax.axvspan(run.offset, run.end, color="grey", alpha=0.12, linewidth=0)
             if i:
                 ax.axvline(run.offset, color="grey", linestyle="--", linewidth=1)
-            if len(runs) > 1:
+            if len(runs) > 1:  # the name just right of where the run starts: narrow spans stay readable
                 ax.text(
-                    (run.offset + run.end) / 2,
+                    run.offset,
                     0.98,
-                    run.name,
+                    f" {run.name}",
                     transform=ax.get_xaxis_transform(),
-                    ha="center",
+                    ha="left",
                     va="top",
                     fontsize=9,
                     color="dimgrey",
