@@ -92,9 +92,9 @@ def _trials(postgres, name):
 
 
 def _real(trials):
-    """The trials that ran (a worker that drew a trial the study no longer needed marks it
-    surplus and runs nothing)."""
-    return [t for t in trials if not t.user_attrs.get("surplus")]
+    """The trials that ran: not surplus (a worker that drew a trial the study no longer needed
+    marks it so and runs nothing), not waiting (a re-queued copy the study needed no more)."""
+    return [t for t in trials if not t.user_attrs.get("surplus") and t.state.name != "WAITING"]
 
 
 def _short_trials(task, out, postgres, name, **values):
@@ -375,8 +375,8 @@ def test_all_workers_killed_then_restarted_resume_the_study(task, postgres, tmp_
 
     study = _study(postgres, name)
     # A restarted worker may start a new trial before the killed ones are found stale; a copy of
-    # one queued after the study had its 4 trials then waits, unrun: it is no trial that ran.
-    ran = [t for t in _real(study.trials) if t.state.name != "WAITING"]
+    # one queued after the study had its 4 trials then waits, unrun (_real leaves it out).
+    ran = _real(study.trials)
     assert [t.state.name for t in ran].count("COMPLETE") == 4 and len(ran) == 6, [
         (t.number, t.state.name) for t in study.trials
     ]
