@@ -318,7 +318,6 @@ class Launch:
         self.text, self.value, self.source = resolved.text, resolved.value, resolved.source
         self.environ, self.repo_root, self.python, self.models = environ, repo_root, python, models
         self.paths = {}  # name -> (value, source), in resolution order
-        self.notes = []
         self.flag_origin = {}  # a flag the launcher sets -> the setting or path behind it ("" always)
         count = self.value.get(launcher.workers) if launcher.workers else 1
         what = f"{launcher.workers}={count}" if launcher.workers else "this launcher runs one process"
@@ -342,18 +341,13 @@ class Launch:
         self.paths[name] = (value, source)
         return value
 
-    def given(self, name: str) -> bool:
-        """Whether the path came from the user (named option or environment variable)."""
-        return not self.paths[name][1].startswith("default")
-
-    def command(self, flags, origin: dict, prefix=None) -> list:
-        """prefix + the entry point + --flag=value for each (flag, value) + the flags after --.
-        `origin` names the setting or path behind each flag (flags missing there: always set)."""
-        for flag, _ in flags:
-            self.flag_origin.setdefault(flag, origin.get(flag, ""))
+    def command(self, flags) -> list:
+        """The workers' prefix + the entry point + --flag=value for each (flag, value, origin) +
+        the flags after --. `origin` names the setting or path behind the flag ("": always set)."""
+        for flag, _, origin in flags:
+            self.flag_origin.setdefault(flag, origin)
         entry = os.path.join(self.repo_root, self.launcher.entry)
-        prefix = self.workers.prefix if prefix is None else prefix
-        return [*prefix, entry, *(f"--{f}={v}" for f, v in flags), *self.request.extra]
+        return [*self.workers.prefix, entry, *(f"--{f}={v}" for f, v, _ in flags), *self.request.extra]
 
 
 def check_extra(launch: Launch) -> None:

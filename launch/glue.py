@@ -73,7 +73,7 @@ def plan_training(launch):
         ("do_eval", "true", ""),
         ("do_predict", "true" if predict else "false", ""),
     ]
-    command = launch.command([f[:2] for f in flags], {f[0]: f[2] for f in flags})
+    command = launch.command(flags)
     notes = ft.worker_notes(launch) + [f"task {task.name} in {task_dir}:"]
     notes += [f"  {split:18s} = {path}" for split, path in files.items()]
     if not predict:
@@ -128,7 +128,7 @@ def plan_inference(launch):
     ]
     if export_dir:
         flags.append(("export_dir", export_dir, "export_dir"))
-    command = launch.command([f[:2] for f in flags], {f[0]: f[2] for f in flags})
+    command = launch.command(flags)
     notes = ft.worker_notes(launch) + [f"task {task.name} in {task_dir} (a missing file is skipped):"]
     for split, path in files.items():
         state = "missing" if split not in present else "scored" if split.startswith("dev") else "submission"

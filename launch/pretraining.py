@@ -329,7 +329,12 @@ def plan(launch, which: str) -> Plan:
         2: first_output if which == "both" else paths["init_checkpoint"] or first_output,
     }
     commands = {
-        n: launch.command(_phase_flags(phases[n], v, text, paths, init[n], workers.count), ORIGIN)
+        n: launch.command(
+            [
+                (f, x, ORIGIN.get(f, ""))
+                for f, x in _phase_flags(phases[n], v, text, paths, init[n], workers.count)
+            ]
+        )
         for n in run_phases
     }
     notes = [workers.line()]

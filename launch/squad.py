@@ -64,7 +64,7 @@ def plan_training(launch):
         ("do_predict", "true", ""),
         ("do_eval", "true", ""),
     ]
-    command = launch.command([f[:2] for f in flags], {f[0]: f[2] for f in flags})
+    command = launch.command(flags)
 
     def check_inputs():
         ft.require_file(files["train"], "The SQuAD training file", _squad_hint("train_file"))
@@ -109,7 +109,7 @@ def plan_inference(launch):
     ]
     if export_dir:
         flags.append(("export_dir", export_dir, "export_dir"))
-    command = launch.command([f[:2] for f in flags], {f[0]: f[2] for f in flags})
+    command = launch.command(flags)
 
     def check_inputs():
         ft.require_file(files["predict"], "The SQuAD file to predict", _squad_hint("predict_file"))

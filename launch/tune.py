@@ -74,7 +74,7 @@ def plan(launch):
     ]
     if launch.environ.get("LAUNCHER_ARGS"):
         flags.append(("launcher_args", launch.environ["LAUNCHER_ARGS"], "num_gpu"))
-    command = launch.command([f[:2] for f in flags], {f[0]: f[2] for f in flags})
+    command = launch.command(flags)
     notes = [f"each trial: {entry} on", "  " + " ".join(inputs)]
     if os.path.isfile(os.path.join(out, "study.db")):
         notes.append("note: output_dir holds a study (study.db): this run continues it.")
