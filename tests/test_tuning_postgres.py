@@ -365,7 +365,8 @@ def test_all_workers_killed_then_restarted_resume_the_study(task, postgres, tmp_
         worker.wait()
     before = {t.number: t for t in _study(postgres, name).trials if t.state.name == "COMPLETE"}
     killed = [t.number for t in _study(postgres, name).trials if t.state.name == "RUNNING"]
-    assert len(before) in (1, 2) and len(killed) == 2
+    # Under load a third trial may finish between the poll and the kill; two are still running.
+    assert len(before) in (1, 2, 3) and len(killed) == 2
 
     restarted = {
         log.with_suffix(".again"): start_worker(argv, log.with_suffix(".again"))
