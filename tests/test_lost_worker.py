@@ -66,3 +66,18 @@ def test_a_frozen_worker_is_named_by_the_watchdog_within_its_timeout(tmp_path):
     assert 10 <= seconds < 60, f"{seconds:.1f} s"
     print(f"SIGSTOP of rank 1: rank 0 out {seconds:.2f} s later (watchdog timeout 10 s)")
     _resumes(data, out, match.group(2))
+
+
+def test_a_broken_gloo_connection_counts_as_a_lost_worker_as_horovods_shutdown_does():
+    # Which one a worker sees first when its peer is killed is a race (both came up in CI).
+    import tensorflow as tf
+
+    from training.watchdog import is_horovod_shutdown
+
+    reset = (
+        "{{function_node __inference_<lambda>_4044}} [/tmp/horovod-0.28.1/third_party/compatible17_gloo/"
+        "gloo/transport/tcp/pair.cc:589] Read error [127.0.0.1]:62855: Connection reset by peer"
+    )
+    assert is_horovod_shutdown(tf.errors.UnknownError(None, None, reset))
+    assert is_horovod_shutdown(RuntimeError("Horovod has been shut down. This was caused by ..."))
+    assert not is_horovod_shutdown(tf.errors.InvalidArgumentError(None, None, "Mismatched allreduce shapes"))

@@ -1,7 +1,8 @@
 """No silent hang when a worker is lost.
 
 A worker that dies closes its sockets: Horovod shuts down on the others within a second, and
-`lost_workers_error` turns its "Horovod has been shut down" into one sentence. A worker that
+the training loop turns its "Horovod has been shut down" (or the broken Gloo connection a
+collective reports first) into one sentence. A worker that
 stops without closing them (a frozen host, a network partition, a stopped process) leaves the
 others waiting in a collective: over MPI for ever, over Gloo until HOROVOD_GLOO_TIMEOUT_SECONDS.
 `Watchdog` bounds that wait: every worker beats once per update (after the update boundary where
@@ -57,7 +58,15 @@ def _lost_sentence(rank: int, how: str, lost: list, step: int, checkpoint: str |
 
 
 def is_horovod_shutdown(error: BaseException) -> bool:
-    return "Horovod has been shut down" in str(error) or type(error).__name__ == "HorovodInternalError"
+    """Whether `error` says a peer is gone: Horovod shut down (a worker exited and Horovod noticed
+    first), or a collective's Gloo connection broke under it (the peer's socket was reset or
+    closed before Horovod's shutdown reached this worker; which one comes first is a race)."""
+    text = str(error)
+    return (
+        "Horovod has been shut down" in text
+        or type(error).__name__ == "HorovodInternalError"
+        or "gloo/transport" in text
+    )
 
 
 class Watchdog:

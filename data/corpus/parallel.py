@@ -71,6 +71,10 @@ def bounded_imap(
             if more:
                 more = submit()
             yield from results
+        # Workers that exit on their own flush what they put on `amounts` (a queue's feeder thread
+        # sends it after put returns); the pool's terminate at the end of the block would not wait.
+        pool.close()
+        pool.join()
 
 
 @contextlib.contextmanager
