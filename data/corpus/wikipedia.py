@@ -18,6 +18,7 @@ or "External links"), list items and table remnants dropped, lines joined into p
 from __future__ import annotations
 
 import html
+import io
 import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
@@ -74,6 +75,50 @@ def iter_pages(stream):
         elem.clear()
         if root is not None:
             root.clear()
+
+
+# --- Multistream dumps -----------------------------------------------------------------------
+# `...-pages-articles-multistream.xml.bz2` is a concatenation of independent bz2 streams (the
+# <siteinfo> header, then 100 pages per stream, then </mediawiki>); its index
+# `...-multistream-index.txt.bz2` lists `OFFSET:PAGE_ID:TITLE` per page, OFFSET being the byte
+# offset of the stream that holds the page. Each stream can be decompressed and parsed alone.
+
+
+def multistream_index_path(dump_path: str) -> str:
+    """Where the index of `dump_path` lies: `X.xml.bz2` -> `X-index.txt.bz2` (Wikipedia's naming:
+    `...-multistream.xml.bz2` -> `...-multistream-index.txt.bz2`)."""
+    base = dump_path[: -len(".bz2")] if dump_path.endswith(".bz2") else dump_path
+    base = base[: -len(".xml")] if base.endswith(".xml") else base
+    return base + "-index.txt.bz2"
+
+
+def stream_offsets(index_lines):
+    """The distinct stream offsets of an index's `OFFSET:PAGE_ID:TITLE` lines (bytes or str), in
+    order; raises ValueError(line number) at a line that is not of that form or goes backwards."""
+    last = -1
+    for number, line in enumerate(index_lines, 1):
+        head = line.split(b":" if isinstance(line, bytes) else ":", 2)
+        if len(head) != 3 or not head[0].isdigit() or not head[1].strip().isdigit():
+            if not line.strip():
+                continue
+            raise ValueError(f"line {number} is not OFFSET:PAGE_ID:TITLE")
+        offset = int(head[0])
+        if offset < last:
+            raise ValueError(f"line {number} goes back to offset {offset} after {last}")
+        if offset != last:
+            yield offset
+            last = offset
+
+
+def fragment_pages(xml: bytes):
+    """The Pages of a decompressed stream: whole <page> elements, with anything around them (the
+    <mediawiki> opening and <siteinfo>, or the closing </mediawiki>) left out."""
+    start = xml.find(b"<page>")
+    if start < 0:
+        return iter(())
+    end = xml.rfind(b"</page>")
+    body = xml[start : end + len(b"</page>")] if end > start else xml[start:]
+    return iter_pages(io.BytesIO(b"<pages>" + body + b"</pages>"))
 
 
 # --- Page kinds ----------------------------------------------------------------------------------
