@@ -98,7 +98,11 @@ def define_flags(fv) -> None:
         "TF op determinism: an interrupted and resumed run ends bit-identical "
         "to an uninterrupted one (turn off for speed on GPUs).",
     )
-    flag("shuffle_buffer", "Examples in each worker's shuffle buffer.")
+    flag(
+        "shuffle_buffer",
+        "Consecutive records shuffled together (a window of the data order, the same for every "
+        "worker count; see the README's 'Changing the GPU count').",
+    )
     flag(
         "worker_timeout_seconds",
         "With several workers: a worker that sees no update for this long (a worker died, froze or "

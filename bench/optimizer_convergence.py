@@ -97,7 +97,7 @@ def train(run: Run, args, train_glob: str, test_glob: str, vocab_size: int) -> d
     from bert.config import BertConfig
     from bert.pretraining import BertPretrainer
     from optimization import WarmupPolynomialDecay, create_optimizer
-    from training.input_pipeline import pretraining_dataset
+    from training.input_pipeline import evaluation_dataset, training_dataset
     from training.train_step import PretrainingStep
 
     keras.utils.set_random_seed(args.seed)
@@ -113,13 +113,8 @@ def train(run: Run, args, train_glob: str, test_glob: str, vocab_size: int) -> d
     optimizer = create_optimizer(run.optimizer, schedule)
     step = PretrainingStep(model, optimizer, accumulation_steps=run.accumulation)
     data = iter(
-        pretraining_dataset(
-            sorted(glob.glob(train_glob)),
-            args.micro_batch,
-            SEQ,
-            PREDICTIONS,
-            is_training=True,
-            seed=args.seed,
+        training_dataset(
+            sorted(glob.glob(train_glob)), args.micro_batch, SEQ, PREDICTIONS, seed=args.seed
         ).as_numpy_iterator()
     )
     start, losses = time.time(), []
@@ -135,9 +130,7 @@ def train(run: Run, args, train_glob: str, test_glob: str, vocab_size: int) -> d
             )
         if not math.isfinite(metrics["loss"]):
             break
-    held_out = pretraining_dataset(
-        sorted(glob.glob(test_glob)), args.micro_batch, SEQ, PREDICTIONS, is_training=False
-    )
+    held_out = evaluation_dataset(sorted(glob.glob(test_glob)), args.micro_batch, SEQ, PREDICTIONS)
     result = step.evaluate(held_out.take(args.eval_batches).as_numpy_iterator())
     tf.keras.backend.clear_session() if hasattr(tf, "keras") else None
     return {

@@ -25,8 +25,8 @@ What one measured update is, per stack:
 
 Both stacks read the same batches: --data synthetic cycles 4 in-memory batches shaped like
 create_pretraining_data output (no input cost at all); --data tfrecord reads TFRecords through
-the job's pipeline (training.input_pipeline.pretraining_dataset: file sharding, interleave,
-shuffle, batch, parse), from --tfrecords or, without it, from small temporary files written
+the job's pipeline (training.input_pipeline.training_dataset: the global order's file order,
+window shuffle, micro-batches dealt to the workers, parse), from --tfrecords or, without it, from small temporary files written
 here in the pretraining schema (data/pretraining/schema.py + tfrecord.py), so both data paths are
 always measured. keras-hub has no reader of this schema, so it reads through ours too: the ratio
 compares the updates, not the readers.
@@ -184,23 +184,22 @@ def input_batches(spec: dict, vocab_size: int, rank: int, size: int, settings=No
             vocab_size, spec["batch"], spec["seq_length"], spec["predictions"], spec["seed"] + 1000 * rank
         )
         return itertools.cycle(batches)
-    from training.input_pipeline import naming_corrupt_files, worker_dataset, worker_files
+    from training.input_pipeline import naming_corrupt_files, training_dataset
     from training.pretraining_job import PretrainingSettings
 
     defaults = settings or PretrainingSettings(bert_config_file="", output_dir="")
     files = expand_globs(spec["tfrecords"], "training files", source="--tfrecords")
-    mine = worker_files(files, size, rank, patterns=spec["tfrecords"])
-    dataset = worker_dataset(
-        mine,
+    dataset = training_dataset(
+        files,
         spec["batch"],
         spec["seq_length"],
         spec["predictions"],
-        is_training=True,
+        num_workers=size,
+        worker_index=rank,
         seed=defaults.seed,
-        shuffle_buffer=defaults.shuffle_buffer,
-        deterministic=True if spec["deterministic"] else None,
+        window=defaults.shuffle_buffer,
     )
-    return naming_corrupt_files(iter(dataset), mine)
+    return naming_corrupt_files(iter(dataset), files)
 
 
 def build_ours(spec: dict):

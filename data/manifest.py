@@ -39,6 +39,16 @@ def _read_manifest(path: str):
         return None  # an unreadable manifest only costs a redo; it must never stop a run
 
 
+def read_manifest_outputs(path: str) -> dict:
+    """{relpath: {"sha256", "bytes", "counts"}} of the manifest at `path`; {} when there is none
+    or it cannot be read (a reader falls back to looking at the files)."""
+    if not os.path.isfile(path):
+        return {}
+    data = _read_manifest(path)
+    outputs = data.get("outputs") if isinstance(data, dict) else None
+    return outputs if isinstance(outputs, dict) else {}
+
+
 class Manifest:
     """The verified outputs of one stage in one directory (paths relative to that directory)."""
 

@@ -238,10 +238,15 @@ def test_run_pretraining_under_horovodrun_leaves_both_workers_identical_and_resu
         assert [json.loads(line)["step"] for line in f] == [1, 2, 3, 4]  # rank 0 alone logs
     assert launch.stdout.count("Resolved pretraining settings:") == 2  # rank 0's, once per run
     assert os.path.isfile(out / "eval_results.json")
-    # The same output_dir with one worker: refused, its input positions are per worker.
-    flags = tiny.flags(data, out, num_train_steps=5, use_horovod=False, use_xla=False)
+    # One worker may continue it (tests/test_resize.py), but not with micro-batches that cannot
+    # make the global batch of 16.
+    flags = tiny.flags(data, out, num_train_steps=5, train_batch_size=3, use_horovod=False, use_xla=False)
     assert run_pretraining.main(flags) == 2
-    assert "written by 2 worker(s) but this run has 1" in capsys.readouterr().err
+    assert (
+        "ckpt-4 was trained with a global batch of 16 sequences on 2 worker(s); 1 worker(s) x "
+        "--train_batch_size=3 cannot make it with whole micro-batches: use a --train_batch_size that "
+        "divides 16."
+    ) in capsys.readouterr().err
 
 
 if __name__ == "__main__":

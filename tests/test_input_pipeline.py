@@ -1,5 +1,7 @@
-"""training/input_pipeline.py: shapes and dtypes, values, worker sharding, clear errors."""
+"""training/input_pipeline.py and data_order.py: shapes and dtypes, values, one global order for
+every worker count, exact start positions, record counts, clear errors."""
 
+import json
 import os
 import random
 
@@ -8,14 +10,14 @@ import pytest
 import tensorflow as tf
 
 from common.errors import UserError
-from common.files import expand_globs
 from data.pretraining import schema, tfrecord
 from training.input_pipeline import (
     count_records,
+    evaluation_dataset,
     naming_corrupt_files,
-    pretraining_dataset,
+    record_counts,
+    training_dataset,
     verify_files,
-    worker_files,
 )
 
 S, P = 16, 4
@@ -58,9 +60,7 @@ def serials(dataset):
 
 def test_training_batches_have_static_shapes_and_dtypes(shards):
     d, files, _ = shards
-    ds = pretraining_dataset(
-        os.path.join(d, "part-*.tfrecord"), 8, S, P, is_training=True, seed=1, shuffle_buffer=50
-    )
+    ds = training_dataset(files, 8, S, P, seed=1, window=50)
     spec = ds.element_spec
     assert spec["input_ids"].shape == (8, S) and spec["input_ids"].dtype == tf.int32
     assert spec["masked_lm_positions"].shape == (8, P) and spec["masked_lm_ids"].dtype == tf.int32
@@ -80,48 +80,76 @@ def test_training_batches_have_static_shapes_and_dtypes(shards):
 
 def test_evaluation_reads_every_example_once_in_order(shards):
     d, files, total = shards
-    ds = pretraining_dataset(files, 8, S, P, is_training=False)
+    ds = evaluation_dataset(files, 8, S, P)
     assert serials(ds) == list(range(total))  # last partial batch kept
 
 
-def test_workers_read_disjoint_files_that_cover_all(shards):
+def _order(files, batch, workers, start=0, micro_batches=12, window=20, seed=5):
+    """The serials of the first micro_batches micro-batches of every worker, dealt back in the
+    order of the global stream (worker r's k-th micro-batch is number k * workers + r)."""
+    streams = [
+        [
+            b["input_ids"][:, 1].numpy().tolist()
+            for b in training_dataset(
+                files, batch, S, P, num_workers=workers, worker_index=r, start=start, seed=seed, window=window
+            ).take(micro_batches)
+        ]
+        for r in range(workers)
+    ]
+    return [x for k in range(micro_batches) for r in range(workers) for x in streams[r][k]]
+
+
+def test_the_global_order_is_one_for_every_worker_count_and_an_epoch_covers_every_example(shards):
     d, files, total = shards
-    pattern = os.path.join(d, "part-*.tfrecord")
-    seen = []
-    for worker in range(3):
-        mine = worker_files(expand_globs(pattern), 3, worker)
-        assert mine == files[worker::3]
-        seen.append(
-            serials(
-                pretraining_dataset(pattern, 4, S, P, is_training=False, num_workers=3, worker_index=worker)
-            )
-        )
-    assert sum(len(s) for s in seen) == total
-    assert sorted(x for s in seen for x in s) == list(range(total))
-    assert not set(seen[0]) & set(seen[1]) and not set(seen[1]) & set(seen[2])
+    one = _order(files, 4, 1, micro_batches=48)
+    assert sorted(one[:total]) == list(range(total))  # 91 examples, each once per epoch
+    assert sorted(one[total : 2 * total]) != one[total : 2 * total]  # shuffled
+    assert one[:total] != one[total : 2 * total]  # another order in the next epoch
+    assert _order(files, 4, 2, micro_batches=24) == one
+    assert _order(files, 4, 3, micro_batches=16) == one
+    assert _order(files, 2, 2, micro_batches=48) == one  # 2 x 2 sequences are 4 sequences
+    assert _order(files, 4, 1, micro_batches=48, seed=6) != one
 
 
-def test_training_seed_makes_the_order_reproducible(shards):
-    d, _, _ = shards
-    pattern = os.path.join(d, "part-*.tfrecord")
-
-    def first(seed):
-        return serials(
-            pretraining_dataset(pattern, 4, S, P, seed=seed, shuffle_buffer=20, deterministic=True).take(5)
-        )
-
-    assert first(3) == first(3)
-    assert first(3) != first(4)
+@pytest.mark.parametrize("start", [1, 19, 20, 57, 90, 91, 130])
+def test_a_start_position_continues_the_order_exactly_there(shards, start):
+    # Windows of 20 over files of 10..16 records: starts inside a window, on its edge, in the
+    # last file of an epoch, on the epoch's end and in the next epoch.
+    d, files, total = shards
+    whole = _order(files, 4, 1, micro_batches=60)
+    assert _order(files, 4, 2, start=start, micro_batches=8) == whole[start : start + 64]
 
 
-def test_fewer_files_than_workers_is_a_clear_error(shards):
-    d, _, _ = shards
-    pattern = os.path.join(d, "part-0[01].tfrecord")
-    with pytest.raises(UserError, match=r"2 input file\(s\) .*part-0\[01\].*for 4 workers"):
-        pretraining_dataset(pattern, 4, S, P, num_workers=4, worker_index=0)
+def test_record_counts_come_from_the_stage_manifest_when_it_lists_the_file(tmp_path):
+    out = tmp_path / "phase1"
+    (out / "training").mkdir(parents=True)
+    a = write_file(out / "training" / "a.tfrecord", 5, 0)
+    b = write_file(out / "training" / "b.tfrecord", 7, 100)
+    manifest = {
+        "stage": "tfrecord",
+        "outputs": {
+            # A count that is not the file's shows the manifest was read; a size that is not
+            # the file's makes the reader count instead.
+            "training/a.tfrecord": {"bytes": os.path.getsize(a), "counts": {"instances": 500}},
+            "training/b.tfrecord": {"bytes": 1, "counts": {"instances": 700}},
+        },
+    }
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    assert record_counts([a, b]) == [500, 7]
+    (out / "manifest.json").write_text("{not json")
+    assert record_counts([a, b]) == [5, 7]
+
+
+def test_micro_batches_run_on_into_the_next_epoch_and_no_record_is_a_clear_error(shards, tmp_path):
+    d, files, _ = shards
+    # 10 records for 3 workers x 4: every micro-batch still has 4, the epochs follow each other.
+    assert sorted(_order(files[:1], 4, 3, micro_batches=5, window=3)[:50]) == sorted(list(range(10)) * 5)
+    empty = write_file(tmp_path / "empty.tfrecord", 0, 0)
+    with pytest.raises(UserError, match=r"empty\.tfrecord hold no record"):
+        training_dataset([empty], 4, S, P)
     # Comma-separated globs: one that matches nothing is named, even beside one that matches.
     with pytest.raises(UserError, match=r"match .*nope-\*"):
-        pretraining_dataset(pattern + "," + os.path.join(d, "nope-*"), 4, S, P)
+        evaluation_dataset(os.path.join(d, "part-0[01].tfrecord") + "," + os.path.join(d, "nope-*"), 4, S, P)
 
 
 def test_records_of_another_length_name_the_file(tmp_path):
@@ -132,14 +160,14 @@ def test_records_of_another_length_name_the_file(tmp_path):
         match=r"b\.tfrecord: feature 'input_ids' holds 32 .*max_seq_length=32, "
         r"max_predictions_per_seq=5",
     ):
-        pretraining_dataset([good, other], 2, S, P, is_training=False)
+        evaluation_dataset([good, other], 2, S, P)
 
 
 def test_corrupt_or_foreign_files_name_the_file(tmp_path):
     junk = tmp_path / "junk.tfrecord"
     junk.write_bytes(b"this is not a TFRecord file at all, just text\n" * 3)
     with pytest.raises(UserError, match=r"junk\.tfrecord: corrupt record header"):
-        pretraining_dataset(str(junk), 2, S, P)
+        training_dataset([str(junk)], 2, S, P)
     good = write_file(tmp_path / "c.tfrecord", 4, 0)
     data = bytearray(open(good, "rb").read())
     data[-30] ^= 0xFF  # inside the last record
@@ -157,7 +185,7 @@ def test_damage_past_the_first_record_names_the_file_when_read(tmp_path, damage)
     else:
         data[-30] ^= 0xFF
     open(path, "wb").write(bytes(data))
-    ds = pretraining_dataset(path, 2, S, P, is_training=False)  # the first record is fine
+    ds = evaluation_dataset(path, 2, S, P)  # the first record is fine
     with pytest.raises(UserError, match=r"d\.tfrecord: (truncated|corrupt) record"):
         list(naming_corrupt_files(iter(ds), [path]))
 

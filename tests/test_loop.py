@@ -14,7 +14,15 @@ from bert.pretraining import BertPretrainer
 from common.errors import UserError
 from conftest import random_batch
 from training import loop
-from training.checkpointing import Checkpointer, dropout_seed_variables, latest_checkpoint
+from training.checkpointing import (
+    Checkpointer,
+    RunState,
+    dropout_seed_variables,
+    latest_checkpoint,
+    read_run_state,
+)
+from training.data_order import Position
+from training.job import Update
 from training.metrics_log import MetricsLog, read_log
 from training.train_step import PretrainingStep
 
@@ -216,37 +224,54 @@ def test_checkpoints_rotate_are_committed_last_and_leftovers_are_cleared(tmp_pat
 
 
 def test_restore_brings_back_every_piece_of_state(tmp_path, tiny_config):
-    """Weights, slots, iterations, loss scale, dropout seeds and the input position."""
-    data = tf.data.Dataset.from_tensor_slices(
-        {k: np.concatenate([b[k] for b in _batches(tiny_config, 8)]) for k in random_batch(tiny_config)}
-    )
-    data = data.shuffle(16, seed=1).repeat().batch(2)
+    """Weights, slots, iterations, loss scale, dropout seeds, the data position and the update."""
+    batches = _batches(tiny_config, 8)
     step = _step(tiny_config, accumulation=2)
-    iterator = iter(data)
-    checkpointer = Checkpointer(str(tmp_path), step, iterator)
-    step(iterator)
-    step(iterator)
+    update = Update(2, 2, 1e-3, 1, "lamb")
+    position = Position(100, batch_size=2, workers=1)
+    checkpointer = Checkpointer(str(tmp_path), step, position, update=update)
+    micro_batches = position.counted(iter(batches))
+    step(micro_batches)
+    step(micro_batches)
     checkpointer.save(2)
+    assert position.sequences == 100 + 4 * 2
     seeds = {n: v.numpy().copy() for n, v in dropout_seed_variables(step.model).items()}
     assert seeds and all(v[1] > 0 for v in seeds.values())  # dropout ran, the counters moved
     expected = {n: v.numpy().copy() for n, v in checkpointer.variables.items()}
-    next_batch = next(iterator)["input_ids"].numpy()
-    step(iterator)  # move everything on, then restore
+    step(micro_batches)  # move everything on, then restore
     step.loss_scale.scale.assign(3.0)
-    assert checkpointer.restore(str(tmp_path / "ckpt-2")) == 2
+    resumed = Checkpointer(str(tmp_path), step, Position(108, 2, 1), update=update)
+    assert resumed.restore(str(tmp_path / "ckpt-2")) == 2
     assert all(np.array_equal(expected[n], v.numpy()) for n, v in checkpointer.variables.items())
     assert all(np.array_equal(seeds[n], v.numpy()) for n, v in dropout_seed_variables(step.model).items())
-    np.testing.assert_array_equal(next(iterator)["input_ids"].numpy(), next_batch)
     assert int(step.optimizer.iterations) == 2 and float(step.loss_scale.scale) == 1.0
+    state = read_run_state(str(tmp_path / "ckpt-2"))
+    assert (
+        state.step,
+        state.workers,
+        state.sequences,
+        state.global_batch_size,
+        state.learning_rate_workers,
+    ) == (
+        2,
+        1,
+        108,
+        4,
+        1,
+    )
     # Accumulator sums are not saved: they are zero between updates.
     names = set(_checkpoint_arrays(str(tmp_path / "ckpt-2")))
     assert not any("accumulat" in n for n in names)
     assert {
         "global_step",
         "training_state/num_workers",
+        "training_state/sequences_consumed",
         "bert/pooler/dense/kernel/adam_m",
         "cls/predictions/output_bias/adam_v",
     } <= names
+    # An input positioned elsewhere than the checkpoint says is refused, not trained on.
+    with pytest.raises(UserError, match=r"positioned at sequence 0 but .*ckpt-2 holds 108"):
+        Checkpointer(str(tmp_path), step, Position(0, 2, 1)).restore(str(tmp_path / "ckpt-2"))
 
 
 @dataclasses.dataclass
@@ -261,11 +286,33 @@ class _TwoWorkers:
         pass
 
 
-def test_a_changed_worker_count_is_refused(tmp_path, tiny_config):
+def test_a_checkpoint_of_two_workers_restores_on_one_with_rank_0s_dropout_seeds(tmp_path, tiny_config):
     step = _step(tiny_config)
+    step(iter(_batches(tiny_config, 1)))
+    seeds = {n: v.numpy().copy() for n, v in dropout_seed_variables(step.model).items()}
     Checkpointer(str(tmp_path), step, distributed=_TwoWorkers()).save(1)
-    with pytest.raises(UserError, match=r"written by 2 worker\(s\) but this run has 1"):
-        Checkpointer(str(tmp_path), step).restore(latest_checkpoint(str(tmp_path)))
+    step(iter(_batches(tiny_config, 1)))
+    assert Checkpointer(str(tmp_path), step).restore(latest_checkpoint(str(tmp_path))) == 1
+    assert all(np.array_equal(seeds[n], v.numpy()) for n, v in dropout_seed_variables(step.model).items())
+    assert read_run_state(latest_checkpoint(str(tmp_path))).workers == 2
+
+
+def test_a_resumed_update_keeps_the_global_batch_or_names_why_it_cannot():
+    two_workers = Update(8, 1, 1e-4, 2, "lamb")
+    state = RunState("out/ckpt-40", 40, 2, two_workers.global_batch_size, 2, 640)
+    one_worker = Update(8, 1, 1e-4, 1, "lamb").continuing(state)
+    assert (one_worker.accumulation_steps, one_worker.global_batch_size) == (2, 16)
+    assert one_worker.peak_learning_rate == two_workers.peak_learning_rate == 2e-4
+    assert Update(8, 1, 1e-4, 2, "lamb").continuing(state) == two_workers  # nothing changed
+    assert Update(4, 3, 1e-4, 4, "lamb").continuing(state).accumulation_steps == 1
+    with pytest.raises(
+        UserError, match=r"global batch of 16 sequences on 2 worker\(s\); 3 worker\(s\) .* divides 16"
+    ):
+        Update(8, 1, 1e-4, 3, "lamb").continuing(state)
+    with pytest.raises(
+        UserError, match=r"--train_batch_size=16 cannot .*: use a --train_batch_size that divides 8"
+    ):
+        Update(16, 1, 1e-4, 2, "lamb").continuing(state)
 
 
 def test_a_resumed_log_drops_what_the_interrupted_run_logged_past_its_checkpoint(tmp_path):

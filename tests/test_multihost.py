@@ -14,9 +14,9 @@ ranks' PYTHONPATH (horovodrun passes the environment, mpirun gets -x): in a proc
 run_pretraining.py it wraps training.pretraining_job.run, which returns the trained model, and
 saves each rank's final weights, host name and network namespace. Nothing else is replaced.
 
-The data make the comparison exact: with --shuffle_buffer=1 each worker reads its own file in
-order (worker k takes files k, k+2, ...), and the one-process run reads one file holding, update
-by update, worker 0's micro-batch then worker 1's: the same sequences in every update.
+The comparison is exact because the data order does not depend on the worker count
+(training/data_order.py): both runs read the same files, the one process a micro-batch of 2B where
+the two workers take a micro-batch of B each, the same sequences in every update.
 """
 
 import json
@@ -93,8 +93,8 @@ def _write(path, records) -> None:
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
-    """Config (the tests' tiny model, dropout off, 512 positions), vocab, and per phase: the two
-    workers' files (two/) and the one-process file (one/) with the same sequences per update."""
+    """Config (the tests' tiny model, dropout off, 512 positions), vocab, and per phase two
+    training files."""
     root = tmp_path_factory.mktemp("corpus")
     paths = tiny.setup(root / "tiny", files=1, per_file=1, eval_per_file=1, dropout=False)
     with open(paths["bert_config_file"]) as f:
@@ -102,12 +102,10 @@ def corpus(tmp_path_factory):
     (root / "bert_config.json").write_text(json.dumps(config))
     for phase, (seq, predictions) in SHAPES.items():
         rng = random.Random(phase)
-        b, n = BATCH[phase], BATCH[phase] * UPDATES[phase]
-        workers = [[_record(rng, seq, predictions) for _ in range(n)] for _ in range(2)]
-        for k, records in enumerate(workers):
-            _write(root / "two" / f"phase{phase}" / "training" / f"part-{k:02d}.tfrecord", records)
-        interleaved = [r for u in range(0, n, b) for records in workers for r in records[u : u + b]]
-        _write(root / "one" / f"phase{phase}" / "training" / "part-00.tfrecord", interleaved)
+        n = BATCH[phase] * UPDATES[phase]
+        for k in range(2):
+            records = [_record(rng, seq, predictions) for _ in range(n)]
+            _write(root / "data" / f"phase{phase}" / "training" / f"part-{k:02d}.tfrecord", records)
     return {"root": root, "config": str(root / "bert_config.json"), "vocab": paths["vocab_file"]}
 
 
@@ -150,7 +148,7 @@ def _launch(corpus, results, workers, first_host=None, script=("scripts/run_pret
         "--",
         *RUN_FLAGS,
     ]
-    data = corpus["root"] / ("one" if workers == 1 else "two")
+    data = corpus["root"] / "data"
     weights = results / "ranks"
     weights.mkdir(parents=True)
     (results / "site").mkdir()

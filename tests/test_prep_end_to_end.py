@@ -52,11 +52,11 @@ def _tfrecord_dir(data_dir, dataset):
 
 
 def _read_back(files, vocab_size):
-    from training.input_pipeline import pretraining_dataset
+    from training.input_pipeline import evaluation_dataset
 
     batches = list(
-        pretraining_dataset(
-            files, batch_size=4, max_seq_length=128, max_predictions_per_seq=20, is_training=False
+        evaluation_dataset(
+            files, batch_size=4, max_seq_length=128, max_predictions_per_seq=20
         ).as_numpy_iterator()
     )
     assert batches

@@ -6,9 +6,11 @@ Layout of an output directory (rank 0 writes everything but the worker states):
     ckpt-<step>.index / .data-*     weights under Google's names (bert/encoder/layer_0/...,
                                     cls/predictions/...), optimizer slots as <name>/adam_m and
                                     <name>/adam_v (NVIDIA's names), global_step, and
-                                    training_state/* (optimizer iterations, loss scale, workers)
+                                    training_state/* (optimizer iterations, loss scale, the
+                                    sequences of the data order consumed, the global batch, the
+                                    worker count and the one the learning rate was scaled for)
     worker_state/ckpt-<step>-rank-<r>-of-<n>/
-                                    each worker's input-iterator position and dropout seed state
+                                    each worker's dropout seed state
 
 Google's and NVIDIA's tools read ckpt-<step> as a BERT checkpoint (they skip the slots and
 global_step as they do in their own). A save is committed by rewriting `checkpoint` after every
@@ -19,10 +21,16 @@ common.files.remove_stale_temporaries clears.
 Keras 3 keeps dropout's seed-generator state in model.variables but not in model.weights, under
 names from a per-process counter (seed_generator_12/...): it is saved here as dropout_seed_<i>, in
 the model's own variable order, which does not depend on what else the process built before.
+
+The input position is one number for all workers (training/data_order.py), so a checkpoint
+resumes on another worker count: the job keeps its global batch (`read_run_state` tells it what
+that was before anything is built); rank r takes rank r's dropout seeds when the writing run had
+one, and keeps its fresh ones otherwise.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import os
 import re
@@ -40,6 +48,10 @@ INDEX_NAME = "checkpoint"
 WORKER_STATE_DIR = "worker_state"
 STATE_PREFIX = "training_state/"
 _CHECKPOINT = re.compile(r"^ckpt-(\d+)$")
+WORKERS_KEY = STATE_PREFIX + "num_workers"
+SEQUENCES_KEY = STATE_PREFIX + "sequences_consumed"
+GLOBAL_BATCH_KEY = STATE_PREFIX + "global_batch_size"
+LEARNING_RATE_WORKERS_KEY = STATE_PREFIX + "learning_rate_workers"
 
 # Optimizer slot lists (one slot per trainable variable, same order) and their checkpoint names.
 _SLOT_LISTS = (("_m", "adam_m"), ("_v", "adam_v"), ("_momentums", "adam_m"), ("_velocities", "adam_v"))
@@ -106,20 +118,71 @@ def checkpoint_step(prefix: str) -> int:
     return int(match.group(1))
 
 
+@dataclasses.dataclass(frozen=True)
+class RunState:
+    """What a checkpoint says about the run that wrote it (None: not recorded)."""
+
+    prefix: str
+    step: int
+    workers: int
+    global_batch_size: int | None
+    learning_rate_workers: int | None
+    sequences: int
+
+
+def read_run_state(prefix: str) -> RunState:
+    """The RunState of checkpoint `prefix`, read without building anything. A checkpoint that is
+    not this trainer's, or an older one without a data position, is a UserError."""
+    reader = tf.train.load_checkpoint(prefix)
+    shapes = reader.get_variable_to_shape_map()
+    for key, what in (
+        (WORKERS_KEY, "is not a checkpoint of this trainer"),
+        (SEQUENCES_KEY, "has no data position (an older version wrote it)"),
+    ):
+        if key not in shapes:
+            raise UserError(
+                f"{prefix} {what}: it lacks {key}; to start from its weights use a new "
+                "--output_dir and --init_checkpoint."
+            )
+
+    def value(key):
+        return int(reader.get_tensor(key)) if key in shapes else None
+
+    return RunState(
+        prefix,
+        checkpoint_step(prefix),
+        value(WORKERS_KEY),
+        value(GLOBAL_BATCH_KEY),
+        value(LEARNING_RATE_WORKERS_KEY),
+        value(SEQUENCES_KEY),
+    )
+
+
 class Checkpointer:
     """Saves and restores everything that decides a run's future.
 
-    step: the TrainStep (its model, optimizer and loss scale). iterator: this worker's tf.data
-    iterator (saved per worker), or None. keep: how many checkpoints to keep (the newest).
+    step: the TrainStep (its model, optimizer and loss scale). position: the data order's
+    training.data_order.Position (its `sequences` saved, its `start` checked at restore), or None.
+    update: the job's training.job.Update (its global batch and learning-rate worker count saved
+    for a resume on another worker count), or None. keep: how many checkpoints to keep (the newest).
     """
 
     def __init__(
-        self, output_dir: str, step, iterator=None, *, keep: int = 5, distributed: Distributed | None = None
+        self,
+        output_dir: str,
+        step,
+        position=None,
+        *,
+        update=None,
+        keep: int = 5,
+        distributed: Distributed | None = None,
     ):
         if keep < 1:
             raise ValueError(f"keep must be >= 1 (got {keep}).")
         self.output_dir = output_dir
         self.keep = keep
+        self.position = position
+        self.update = update
         self.distributed = distributed or Distributed(use_horovod=False)
         model = step.model
         weights = weight_names(model)
@@ -133,8 +196,6 @@ class Checkpointer:
             },
         }
         worker = {name: getattr(v, "value", v) for name, v in dropout_seed_variables(model).items()}
-        if iterator is not None:
-            worker["iterator"] = iterator
         self._worker_checkpoint = tf.train.Checkpoint(**worker)
 
     # --- where things are -------------------------------------------------------------------
@@ -175,7 +236,11 @@ class Checkpointer:
         if d.is_chief:
             arrays = {name: np.asarray(v.numpy()) for name, v in self.variables.items()}
             arrays["global_step"] = np.asarray(step, np.int64)
-            arrays[STATE_PREFIX + "num_workers"] = np.asarray(d.size, np.int64)
+            arrays[WORKERS_KEY] = np.asarray(d.size, np.int64)
+            arrays[SEQUENCES_KEY] = np.asarray(self.position.sequences if self.position else 0, np.int64)
+            if self.update is not None:
+                arrays[GLOBAL_BATCH_KEY] = np.asarray(self.update.global_batch_size, np.int64)
+                arrays[LEARNING_RATE_WORKERS_KEY] = np.asarray(self.update.scaled_for_workers, np.int64)
             write_tf_checkpoint(prefix, arrays)
         d.barrier()  # every worker's state is on disk before the index names the checkpoint
         if d.is_chief:
@@ -214,24 +279,17 @@ class Checkpointer:
 
     def restore(self, prefix: str) -> int:
         """Loads everything saved at `prefix` into the model, optimizer, loss scale and this
-        worker's iterator and dropout seeds; returns the step. A checkpoint written by another
-        number of workers, or for another model or optimizer, is a UserError."""
+        worker's dropout seeds; returns the step. A checkpoint for another model or optimizer is
+        a UserError; one from another worker count is fine (see the module docstring)."""
+        state = read_run_state(prefix)
+        if self.position is not None and self.position.start != state.sequences:
+            raise UserError(
+                f"The input was positioned at sequence {self.position.start} but {prefix} holds "
+                f"{state.sequences}: the checkpoints of {self.output_dir} changed while this run started."
+            )
         reader = tf.train.load_checkpoint(prefix)
         shapes = reader.get_variable_to_shape_map()
         d = self.distributed
-        workers_key = STATE_PREFIX + "num_workers"
-        if workers_key not in shapes:
-            raise UserError(
-                f"{prefix} is not a checkpoint of this trainer (it has no {workers_key}); "
-                "to start from its weights use a new --output_dir and --init_checkpoint."
-            )
-        workers = int(reader.get_tensor(workers_key))
-        if workers != d.size:
-            raise UserError(
-                f"{prefix} was written by {workers} worker(s) but this run has {d.size}: each worker's "
-                f"input position is saved per worker, so resume with {workers}, or start a new "
-                f"--output_dir with --init_checkpoint={self.output_dir} (weights only)."
-            )
         missing = sorted(set(self.variables) - set(shapes))
         misshaped = [
             f"{n} {tuple(shapes[n])} vs {tuple(v.shape)}"
@@ -250,15 +308,15 @@ class Checkpointer:
             )
         for name, variable in self.variables.items():
             variable.assign(reader.get_tensor(name))
-        step = checkpoint_step(prefix)
-        state_dir = self._worker_state_dir(step, d.rank, d.size)
-        if not os.path.isdir(state_dir):
-            raise UserError(
-                f"{state_dir} (worker {d.rank}'s input position for {prefix}) is missing; "
-                "every worker must see the same --output_dir."
-            )
-        self._worker_checkpoint.read(os.path.join(state_dir, "state")).assert_consumed()
-        return step
+        if d.rank < state.workers:  # a worker the writing run did not have keeps fresh seeds
+            state_dir = self._worker_state_dir(state.step, d.rank, state.workers)
+            if not os.path.isdir(state_dir):
+                raise UserError(
+                    f"{state_dir} (worker {d.rank}'s dropout seeds for {prefix}) is missing; "
+                    "every worker must see the same --output_dir."
+                )
+            self._worker_checkpoint.read(os.path.join(state_dir, "state")).assert_consumed()
+        return state.step
 
 
 def write_model_files(config, vocab_file: str | None, output_dir: str) -> None:

@@ -121,25 +121,26 @@ def train_steps(num_features: int, global_batch: int, epochs: float, warmup_prop
     return steps, int(steps * warmup_proportion)
 
 
-def training_dataset(arrays: dict, batch_size: int, *, num_workers: int, worker_index: int, seed: int):
-    """Fixed-shape training batches of one worker from in-memory feature arrays: this worker's
-    share of the rows (every num_workers-th), reshuffled each epoch, repeated, batch B.
-
-    The shuffle runs over row indices, so a checkpoint of the iterator (its position, for an
-    exact resume) holds indices, not feature rows."""
+def training_dataset(
+    arrays: dict, batch_size: int, *, num_workers: int, worker_index: int, seed: int, start: int = 0
+):
+    """Fixed-shape training micro-batches of one worker from in-memory feature arrays: the rows
+    in the global order of training/data_order.py (a seeded permutation per epoch, endless) from
+    sequence `start` of it, every num_workers-th micro-batch of B."""
     import tensorflow as tf
 
+    from training.data_order import rows_in_order, worker_micro_batches
+
     rows = len(next(iter(arrays.values())))
-    mine = np.arange(worker_index, rows, num_workers, dtype=np.int64)
-    if len(mine) < batch_size:
+    if rows < batch_size * num_workers:
         raise UserError(
-            f"{rows} training features for {num_workers} worker(s) leave {len(mine)} per worker, "
-            f"fewer than --train_batch_size={batch_size}."
+            f"{rows} training features are fewer than --train_batch_size={batch_size} x "
+            f"{num_workers} worker(s), one micro-batch for each."
         )
     tensors = {name: tf.constant(value) for name, value in arrays.items()}
-    d = tf.data.Dataset.from_tensor_slices(mine)
-    d = d.shuffle(len(mine), seed=seed, reshuffle_each_iteration=True).repeat()
-    d = d.batch(batch_size, drop_remainder=True)
+    d = worker_micro_batches(
+        rows_in_order(rows, seed=seed, start=start), batch_size, num_workers, worker_index
+    )
     d = d.map(lambda index: {name: tf.gather(t, index) for name, t in tensors.items()})
     return d.prefetch(tf.data.AUTOTUNE)
 
@@ -207,6 +208,7 @@ class _Plan:
     tokenizer: object
     update: job.Update
     train_arrays: dict | None  # the training features, with --do_train
+    start_sequence: int  # of the data order, where training continues
     steps: int  # updates to train for (0 without --do_train)
     warmup: int
     resume_from: str | None
@@ -223,7 +225,9 @@ def _plan(s: FineTuningSettings, task, dist, out) -> _Plan:
     resume_from = latest_checkpoint(s.output_dir)
     config, vocab_file = load_model_files(s, resume_from)
     tokenizer = build_tokenizer(vocab_file=vocab_file, do_lower_case=s.do_lower_case)
-    update = update_of(s, dist.size)
+    update, start = update_of(s, dist.size), 0
+    if s.do_train:
+        update, start = job.continue_update(update, resume_from, out)
     steps = warmup = 0
     train_arrays = None
     if s.do_train:
@@ -246,6 +250,7 @@ def _plan(s: FineTuningSettings, task, dist, out) -> _Plan:
         "num_train_steps": steps,
         "num_warmup_steps": warmup,
         "resume_from": resume_from,
+        "start_sequence": start,
     }
     if s.do_train:
         resolved["num_train_examples"] = num_examples
@@ -255,7 +260,7 @@ def _plan(s: FineTuningSettings, task, dist, out) -> _Plan:
         # A predict/export-only run keeps the training record.
         job.report("fine-tuning", resolved, out, path if s.do_train or not os.path.exists(path) else None)
         write_model_files(config, vocab_file, s.output_dir)
-    return _Plan(config, tokenizer, update, train_arrays, steps, warmup, resume_from, resolved)
+    return _Plan(config, tokenizer, update, train_arrays, start, steps, warmup, resume_from, resolved)
 
 
 def _build_step(s: FineTuningSettings, task, plan: _Plan, dist, out):
@@ -286,15 +291,20 @@ def _build_step(s: FineTuningSettings, task, plan: _Plan, dist, out):
 
 def _train(s: FineTuningSettings, task, plan: _Plan, step, out):
     """Step 5a: training from where output_dir's checkpoints left off; the last metrics."""
+    from training.data_order import Position
+
     dist = step.distributed
-    iterator = iter(
-        training_dataset(
-            plan.train_arrays, s.train_batch_size, num_workers=dist.size, worker_index=dist.rank, seed=s.seed
-        )
+    batches = training_dataset(
+        plan.train_arrays,
+        s.train_batch_size,
+        num_workers=dist.size,
+        worker_index=dist.rank,
+        seed=s.seed,
+        start=plan.start_sequence,
     )
     training = job.resume_training(
         step,
-        iterator,
+        Position(plan.start_sequence, s.train_batch_size, dist.size),
         plan.update,
         output_dir=s.output_dir,
         train_steps=plan.steps,
@@ -318,7 +328,7 @@ def _train(s: FineTuningSettings, task, plan: _Plan, step, out):
         )
     return training.run(
         step,
-        iterator,
+        iter(batches),
         num_train_steps=plan.steps,
         save_checkpoints_steps=s.save_checkpoints_steps,
         periodic=periodic,

@@ -1,10 +1,11 @@
 """tf.data input of pretraining TFRecords (the schema of data/pretraining/schema.py).
 
-Per-worker file sharding (each worker reads a disjoint subset of the files, so no two
-workers see the same example in an epoch), parallel interleave across files, example
-shuffling, repeat and static batch shapes for training; files in order, once, for
-evaluation. Worker index and count are plain ints from the caller: nothing here knows about
-Horovod.
+Training reads the global order of training/data_order.py: every worker the same endless order
+of all the files (seeded file order per epoch, seeded shuffle of each window of records), cut in
+micro-batches dealt round-robin to the workers, so the examples of an update do not depend on
+the worker count and a checkpoint's position is one number. Static batch shapes (XLA).
+Evaluation reads the files in order, once. Worker index and count are plain ints from the
+caller: nothing here knows about Horovod.
 
 Before building the pipeline every file of this worker is checked cheaply by reading its
 first record: a file that is not a TFRecord, or whose records were written for another
@@ -17,29 +18,15 @@ included) to name the culprit. Problems a user can fix raise common.errors.UserE
 
 from __future__ import annotations
 
+import os
+
 import tensorflow as tf
 
 from common.errors import UserError
 from common.files import expand_globs
 from data.pretraining import schema, tfrecord
 
-DEFAULT_SHUFFLE_BUFFER = 10000
-DEFAULT_CYCLE_LENGTH = 8
-
-
-def worker_files(files, num_workers, worker_index, patterns=None):
-    """The files of one worker: every num_workers-th, starting at worker_index (disjoint, and
-    together all of them). Raises UserError when there are fewer files than workers."""
-    if num_workers < 1 or not 0 <= worker_index < num_workers:
-        raise ValueError(f"worker_index={worker_index} is not within num_workers={num_workers}.")
-    if len(files) < num_workers:
-        source = f" (from {patterns!r})" if patterns is not None else ""
-        raise UserError(
-            f"{len(files)} input file(s){source} for {num_workers} workers: every worker needs at "
-            f"least one file of its own. Write at least {num_workers} output files "
-            "(create_pretraining_data takes a comma-separated --output_file) or use fewer workers."
-        )
-    return files[worker_index::num_workers]
+DEFAULT_SHUFFLE_WINDOW = 10000
 
 
 def check_file(path, max_seq_length, max_predictions_per_seq):
@@ -98,94 +85,96 @@ def count_records(files):
         raise UserError(str(e)) from None
 
 
-def pretraining_dataset(
-    file_patterns,
-    batch_size,
-    max_seq_length,
-    max_predictions_per_seq,
-    is_training=True,
-    num_workers=1,
-    worker_index=0,
-    shuffle_buffer=DEFAULT_SHUFFLE_BUFFER,
-    seed=None,
-    cycle_length=DEFAULT_CYCLE_LENGTH,
-    deterministic=None,
-):
-    """The pretraining input of one worker: `worker_dataset` of its share of the files.
+def record_counts(files) -> list[int]:
+    """The record count of each file: as the TFRecord stage's manifest.json (in the file's
+    directory or the one above) recorded it when the file still has the recorded size, else
+    counted by walking the length headers."""
+    from data.manifest import MANIFEST_NAME, read_manifest_outputs
 
-    Args:
-      file_patterns: globs (a list, or one comma-separated string) of TFRecord files.
-      num_workers, worker_index: this worker's share of the files (plain ints; worker_files).
-      The others as for worker_dataset.
-    """
-    mine = worker_files(expand_globs(file_patterns), num_workers, worker_index, patterns=file_patterns)
-    return worker_dataset(
-        mine,
-        batch_size,
-        max_seq_length,
-        max_predictions_per_seq,
-        is_training=is_training,
-        shuffle_buffer=shuffle_buffer,
-        seed=seed,
-        cycle_length=cycle_length,
-        deterministic=deterministic,
-    )
+    manifests: dict[str, dict] = {}
+    counts = []
+    for path in files:
+        count = None
+        if "://" not in path:
+            here = os.path.dirname(os.path.abspath(path))
+            for root in (here, os.path.dirname(here)):
+                if root not in manifests:
+                    manifests[root] = read_manifest_outputs(os.path.join(root, MANIFEST_NAME))
+                entry = manifests[root].get(os.path.relpath(os.path.abspath(path), root))
+                if entry and entry.get("bytes") == os.path.getsize(path):
+                    count = entry.get("counts", {}).get("instances")
+                    break
+        if count is None:
+            try:
+                count = tfrecord.count_records(path)
+            except tfrecord.CorruptRecordError as e:
+                raise UserError(f"{e} Regenerate it or remove it from the input.") from None
+        counts.append(int(count))
+    return counts
 
 
-def worker_dataset(
+def _parse(max_seq_length, max_predictions_per_seq):
+    def parse(serialized):
+        return schema.parse_examples(serialized, max_seq_length, max_predictions_per_seq)
+
+    return parse
+
+
+def training_dataset(
     files,
     batch_size,
     max_seq_length,
     max_predictions_per_seq,
-    is_training=True,
-    shuffle_buffer=DEFAULT_SHUFFLE_BUFFER,
-    seed=None,
-    cycle_length=DEFAULT_CYCLE_LENGTH,
-    deterministic=None,
+    *,
+    num_workers=1,
+    worker_index=0,
+    start=0,
+    seed=12345,
+    window=DEFAULT_SHUFFLE_WINDOW,
+    counts=None,
 ):
-    """The pretraining input from `files`, one worker's (worker_files), each checked first.
+    """One worker's micro-batches of the global order of `files` (training/data_order.py), from
+    sequence `start` of it, endless, each file checked first.
 
     Args:
-      files: TFRecord paths.
-      batch_size: per-worker batch size B.
-      is_training: shuffle files and examples, repeat forever, drop the last partial batch
-        (static shapes for XLA). Otherwise the files in order, once, keeping the last partial
-        batch.
-      shuffle_buffer: examples in the shuffle buffer (training).
-      seed: seeds the file and example shuffles (None: different every run).
-      cycle_length: files read at once (capped at the file count).
-      deterministic: interleave order; None lets tf.data options decide (training may trade
-        determinism for speed), True gives the same order for the same seed.
+      files: TFRecord paths (every worker gets all of them; the order decides who reads what).
+      batch_size: the micro-batch B of one worker.
+      num_workers, worker_index: this worker's share, every num_workers-th micro-batch.
+      start: sequences of the order consumed before (a checkpoint's position).
+      seed: fixes the order: the file order of each epoch and each window's shuffle.
+      window: consecutive records shuffled together.
+      counts: the files' record counts (record_counts when None).
 
     Returns a tf.data.Dataset of dicts: input_ids, input_mask, segment_ids int32 [B, S];
     masked_lm_positions, masked_lm_ids int32 [B, P]; masked_lm_weights float32 [B, P];
     next_sentence_labels int32 [B, 1].
     """
+    from training.data_order import records_in_order, worker_micro_batches
+
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
     for path in files:
         check_file(path, max_seq_length, max_predictions_per_seq)
-
-    def parse(serialized):
-        return schema.parse_examples(serialized, max_seq_length, max_predictions_per_seq)
-
-    if is_training:
-        d = tf.data.Dataset.from_tensor_slices(tf.constant(files))
-        d = d.shuffle(len(files), seed=seed, reshuffle_each_iteration=True).repeat()
-        d = d.interleave(
-            tf.data.TFRecordDataset,
-            cycle_length=max(1, min(cycle_length, len(files))),
-            block_length=1,
-            num_parallel_calls=tf.data.AUTOTUNE,
-            deterministic=deterministic,
-        )
-        d = d.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
-        d = d.batch(batch_size, drop_remainder=True)
-    else:
-        d = tf.data.TFRecordDataset(files)
-        d = d.batch(batch_size, drop_remainder=False)
+    counts = record_counts(files) if counts is None else counts
+    if sum(counts) == 0:
+        raise UserError(f"{', '.join(files[:3])}{' ...' if len(files) > 3 else ''} hold no record.")
+    order = records_in_order(files, counts, seed=seed, window=window, start=start)
+    d = worker_micro_batches(order, batch_size, num_workers, worker_index)
     # Parsing whole batches is several times faster than example by example.
-    d = d.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
+    d = d.map(_parse(max_seq_length, max_predictions_per_seq), num_parallel_calls=tf.data.AUTOTUNE)
+    return d.prefetch(tf.data.AUTOTUNE)
+
+
+def evaluation_dataset(file_patterns, batch_size, max_seq_length, max_predictions_per_seq):
+    """The records of `file_patterns` (globs: a list, or one comma-separated string), in file
+    order, once, in batches of `batch_size` (the last one partial), each file checked first."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
+    files = expand_globs(file_patterns)
+    for path in files:
+        check_file(path, max_seq_length, max_predictions_per_seq)
+    d = tf.data.TFRecordDataset(files).batch(batch_size, drop_remainder=False)
+    d = d.map(_parse(max_seq_length, max_predictions_per_seq), num_parallel_calls=tf.data.AUTOTUNE)
     return d.prefetch(tf.data.AUTOTUNE)
 
 

@@ -1,7 +1,7 @@
 """The project's one training loop: updates until the step count, checkpoints, logs, stops.
 
     step = TrainStep(model, optimizer, objective, ...)      # the task's objective plugs in here
-    checkpointer = Checkpointer(output_dir, step, iterator, keep=..., distributed=...)
+    checkpointer = Checkpointer(output_dir, step, position, keep=..., distributed=...)
     start = resume(checkpointer, step)                      # 0, or the latest checkpoint's step
     log = MetricsLog(output_dir, total_steps=..., start_step=start, ...)
     train(step, iterator, checkpointer, log, num_train_steps=..., save_checkpoints_steps=...)
@@ -109,8 +109,8 @@ def train(
     watchdog: training.watchdog.Watchdog (or None): beaten at each update boundary; a worker lost
     to Horovod (its shutdown error) becomes the watchdog's WorkersLost sentence.
 
-    micro_batches: an iterator of feature dicts (this worker's input; its position is what the
-    checkpointer saves). Every worker runs this function; only rank 0 writes the checkpoint
+    micro_batches: an iterator of feature dicts (this worker's input, counted by the
+    checkpointer's training.data_order.Position, whose count the checkpoints keep). Every worker runs this function; only rank 0 writes the checkpoint
     files and the log (`log` is disabled elsewhere).
 
     The host does not wait for each update: it queues updates (TrainStep.dispatch) up to the next

@@ -60,7 +60,7 @@ class PretrainingSettings:
     seed: int = 12345
     log_every_n_steps: int = setting("count", 10)
     deterministic: bool = setting("bool", True)
-    shuffle_buffer: int = setting("count", 10000)
+    shuffle_buffer: int = setting("count", 10000)  # the data order's shuffle window
     worker_timeout_seconds: int = setting("count", 300)  # training/watchdog.py
 
 
@@ -118,15 +118,16 @@ def update_of(s: PretrainingSettings, workers: int) -> job.Update:
 
 def resolve(
     s: PretrainingSettings,
-    workers: int,
+    update: job.Update,
     *,
     resume_from: str | None,
     init_checkpoint_step: int | None,
     train_files=(),
     eval_files=(),
+    start_sequence: int = 0,
 ) -> dict:
-    """The settings as they will run: every flag plus what follows from them."""
-    update = update_of(s, workers)
+    """The settings as they will run: every flag plus what follows from them (`update`: the
+    update on this run's workers, continuing resume_from's when there is one)."""
     resolved = dataclasses.asdict(s)
     resolved.update(
         {
@@ -136,6 +137,7 @@ def resolve(
             "num_train_files": len(train_files),
             "num_eval_files": len(eval_files),
             "resume_from": resume_from,
+            "start_sequence": start_sequence,
             "init_checkpoint_step": init_checkpoint_step,
         }
     )
@@ -150,8 +152,9 @@ class _Plan:
 
     config: object  # BertConfig
     update: job.Update
-    train_files: list  # this worker's
-    train_data: object  # tf.data.Dataset, or None without --do_train
+    train_files: list
+    train_data: object  # this worker's tf.data.Dataset, or None without --do_train
+    start_sequence: int  # of the data order, where train_data starts
     eval_data: object  # rank 0's, or None
     resume_from: str | None
     init_step: int | None
@@ -159,47 +162,50 @@ class _Plan:
 
 
 def _plan(s: PretrainingSettings, dist, out) -> _Plan:
-    """Steps 1 and 2: config, vocab, globs, records; then the resolved settings reported."""
+    """Steps 1 and 2: config, vocab, globs, records, the checkpoint to continue (its global batch
+    and data position); then the resolved settings reported."""
     from bert.checkpoints import global_step_of
     from training.checkpointing import latest_checkpoint, write_model_files
-    from training.input_pipeline import pretraining_dataset, worker_dataset, worker_files
+    from training.input_pipeline import evaluation_dataset, training_dataset
 
     config = _load_config(s)
     train_files = expand_globs(s.input_files, "training files", source="--input_files") if s.do_train else []
     eval_files = expand_globs(s.eval_files, "evaluation files", source="--eval_files") if s.do_eval else []
     shapes = (s.max_seq_length, s.max_predictions_per_seq)
-    mine, train_data, eval_data = [], None, None
-    if s.do_train:
-        mine = worker_files(train_files, dist.size, dist.rank, patterns=s.input_files)
-        train_data = worker_dataset(
-            mine,
-            s.train_batch_size,
-            *shapes,
-            is_training=True,
-            seed=s.seed,
-            shuffle_buffer=s.shuffle_buffer,
-            deterministic=True if s.deterministic else None,
-        )
-    if s.do_eval and dist.is_chief:
-        eval_data = pretraining_dataset(eval_files, s.eval_batch_size, *shapes, is_training=False)
     if dist.is_chief:
         ensure_writable_dir(s.output_dir)
     resume_from = latest_checkpoint(s.output_dir)
+    update, start = update_of(s, dist.size), 0
+    if s.do_train:
+        update, start = job.continue_update(update, resume_from, out)
+    train_data = eval_data = None
+    if s.do_train:
+        train_data = training_dataset(
+            train_files,
+            s.train_batch_size,
+            *shapes,
+            num_workers=dist.size,
+            worker_index=dist.rank,
+            start=start,
+            seed=s.seed,
+            window=s.shuffle_buffer,
+        )
+    if s.do_eval and dist.is_chief:
+        eval_data = evaluation_dataset(eval_files, s.eval_batch_size, *shapes)
     init_step = global_step_of(s.init_checkpoint) if s.init_checkpoint and not resume_from else None
     resolved = resolve(
         s,
-        dist.size,
+        update,
         resume_from=resume_from,
         init_checkpoint_step=init_step,
         train_files=train_files,
         eval_files=eval_files,
+        start_sequence=start,
     )
     if dist.is_chief:
         job.report("pretraining", resolved, out, os.path.join(s.output_dir, job.RESOLVED_CONFIG_NAME))
         write_model_files(config, s.vocab_file, s.output_dir)
-    return _Plan(
-        config, update_of(s, dist.size), mine, train_data, eval_data, resume_from, init_step, resolved
-    )
+    return _Plan(config, update, train_files, train_data, start, eval_data, resume_from, init_step, resolved)
 
 
 def _build_step(s: PretrainingSettings, plan: _Plan, dist, out):
@@ -244,12 +250,13 @@ def _build_step(s: PretrainingSettings, plan: _Plan, dist, out):
 
 def _train(s: PretrainingSettings, plan: _Plan, step, out):
     """Step 4: training from where output_dir's checkpoints left off; (last metrics, the log)."""
+    from training.data_order import Position
     from training.input_pipeline import naming_corrupt_files
 
-    iterator = iter(plan.train_data)
+    position = Position(plan.start_sequence, s.train_batch_size, step.distributed.size)
     training = job.resume_training(
         step,
-        iterator,
+        position,
         plan.update,
         output_dir=s.output_dir,
         train_steps=s.num_train_steps,
@@ -265,7 +272,7 @@ def _train(s: PretrainingSettings, plan: _Plan, step, out):
         )
     metrics = training.run(
         step,
-        naming_corrupt_files(iterator, plan.train_files),
+        naming_corrupt_files(iter(plan.train_data), plan.train_files),
         num_train_steps=s.num_train_steps,
         save_checkpoints_steps=s.save_checkpoints_steps,
     )

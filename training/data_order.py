@@ -1,0 +1,128 @@
+"""One order of the training examples for every worker count, and how much of it was consumed.
+
+The examples of a run form one endless global order fixed by the seed alone:
+
+- pretraining records (`records_in_order`): epoch e reads the files through in a seeded order of
+  its own, and shuffles each window of `window` consecutive records with a permutation seeded by
+  (seed, e, window index). The shuffle's whole state is those integers, never a buffer, so any
+  point of the order can be rebuilt;
+- fine-tuning rows (`rows_in_order`): epoch e is a seeded permutation of the rows.
+
+`worker_micro_batches` cuts the order into micro-batches of B and gives worker r of W the
+micro-batches r, r + W, r + 2W, ... An update of k micro-batches per worker so consumes the W x k
+micro-batches after the previous update's whoever the workers are: 2 workers x 1 micro-batch and
+1 worker x 2 micro-batches see the same examples in each update.
+
+The position a checkpoint keeps (`Position`) is one integer, the sequences consumed by all workers
+together. A resumed run starts the order there, with any worker count or micro-batch size: the
+epoch is position // epoch size and the window offset // window; whole files before the window
+are skipped by their record counts (nothing read), the rest of one file is read through, and the
+records of the window before the position are dropped. Nothing in an epoch is skipped or repeated.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+_ENDLESS = 2**62  # epochs
+_READ_BUFFER_BYTES = 8 << 20
+
+
+def _seed_pair(seed: int, stream) -> tf.Tensor:
+    return tf.stack([tf.constant(seed, tf.int64), tf.cast(stream, tf.int64)])
+
+
+def _permutation(n, seed: int, stream) -> tf.Tensor:
+    """A seeded permutation of range(n), int64; the same in eager code and in tf.data's graphs."""
+    return tf.random.experimental.stateless_shuffle(
+        tf.range(n, dtype=tf.int64), seed=_seed_pair(seed, stream)
+    )
+
+
+def file_order(num_files: int, seed: int, epoch) -> tf.Tensor:
+    """The order epoch `epoch` reads the files in (file orders use streams -1, -2, ...; window
+    shuffles the non-negative ones, so no two share a seed)."""
+    return _permutation(num_files, seed, -1 - tf.cast(epoch, tf.int64))
+
+
+def _shuffled_windows(records: tf.data.Dataset, seed: int, epoch, first_window: int, window: int):
+    """`records` (an epoch's, from window `first_window` on) with each window of `window` records
+    permuted by its own seed."""
+
+    def shuffle(w, batch):
+        n = tf.shape(batch, out_type=tf.int64)[0]
+        return tf.gather(batch, _permutation(n, seed, tf.cast(epoch, tf.int64) * 2**32 + w))
+
+    windows = records.batch(window).enumerate(start=first_window)
+    return windows.map(shuffle, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).unbatch()
+
+
+def records_in_order(files: list[str], counts: list[int], *, seed: int, window: int, start: int = 0):
+    """The serialized records of `files` (`counts` records each) in the global order, endless,
+    from sequence `start` of it. Raises ValueError when the files hold no record."""
+    counts = np.asarray(counts, np.int64)
+    total = int(counts.sum())
+    if total < 1:
+        raise ValueError("the training files hold no record.")
+    if window < 1:
+        raise ValueError(f"window must be >= 1 (got {window}).")
+    names = tf.constant(list(files))
+    epoch, offset = divmod(int(start), total)
+    first_window, within = divmod(offset, window)
+
+    # The rest of epoch `epoch`: skip the files wholly before the window by their counts.
+    order = file_order(len(files), seed, epoch).numpy()
+    ends = np.cumsum(counts[order])
+    first_record = first_window * window
+    i = int(np.searchsorted(ends, first_record, side="right"))
+    into = first_record - int(ends[i] - counts[order[i]])
+    rest = tf.data.TFRecordDataset(files[order[i]], buffer_size=_READ_BUFFER_BYTES).skip(into)
+    if i + 1 < len(files):
+        later = [files[j] for j in order[i + 1 :]]
+        rest = rest.concatenate(tf.data.TFRecordDataset(later, buffer_size=_READ_BUFFER_BYTES))
+    current = _shuffled_windows(rest, seed, epoch, first_window, window).skip(within)
+
+    def whole_epoch(e):
+        records = tf.data.TFRecordDataset(
+            tf.gather(names, file_order(len(files), seed, e)), buffer_size=_READ_BUFFER_BYTES
+        )
+        return _shuffled_windows(records, seed, e, 0, window)
+
+    return current.concatenate(tf.data.Dataset.range(epoch + 1, _ENDLESS).flat_map(whole_epoch))
+
+
+def rows_in_order(rows: int, *, seed: int, start: int = 0) -> tf.data.Dataset:
+    """Row indices (int64) of an in-memory training set in the global order, endless, from
+    sequence `start` of it."""
+    if rows < 1:
+        raise ValueError("there are no training rows.")
+    epoch, offset = divmod(int(start), rows)
+
+    def epoch_rows(e):
+        return tf.data.Dataset.from_tensor_slices(_permutation(rows, seed, -1 - e))
+
+    return tf.data.Dataset.range(epoch, _ENDLESS).flat_map(epoch_rows).skip(offset)
+
+
+def worker_micro_batches(order: tf.data.Dataset, batch_size: int, num_workers: int, worker_index: int):
+    """Worker `worker_index`'s micro-batches of `order`: every num_workers-th batch of batch_size."""
+    if num_workers < 1 or not 0 <= worker_index < num_workers:
+        raise ValueError(f"worker_index={worker_index} is not within num_workers={num_workers}.")
+    return order.batch(batch_size, drop_remainder=True).shard(num_workers, worker_index)
+
+
+class Position:
+    """The sequences of the global order that every worker together has taken: `start` (where
+    the run began) plus batch_size x workers per micro-batch each worker took through `counted`.
+    The checkpointer saves `sequences` at an update boundary, where every worker took as many."""
+
+    def __init__(self, start: int, batch_size: int, workers: int):
+        self.start = self.sequences = int(start)
+        self.per_micro_batch = batch_size * workers
+
+    def counted(self, micro_batches):
+        """Yields this worker's micro-batches, counting each one taken."""
+        for batch in micro_batches:
+            self.sequences += self.per_micro_batch
+            yield batch
