@@ -1,7 +1,13 @@
 """Text formatting stage: a raw corpus -> one clean document per line (NVIDIA's formatted layout).
 
 Inputs, optionally compressed (.bz2, .gz, .xz):
-- a MediaWiki XML dump (`*.xml`): articles only (see data/corpus/wikipedia.py);
+- a MediaWiki XML dump (`*.xml`): articles only (see data/corpus/wikipedia.py). A Wikipedia
+  multistream dump (`X.xml.bz2` with its index `X-index.txt.bz2` beside it) is split into its
+  bz2 streams by the index's offsets and every process decompresses, parses and cleans whole
+  streams; documents are written in stream order, so the output is byte-identical for any
+  number of processes. Without an index the dump is decompressed and parsed in one process
+  (bz2 blocks start at bit offsets, and their 48-bit marker may also occur inside compressed
+  data, so a split on it would be a guess);
 - plain text (`*.txt` and anything else): documents separated by blank lines, the lines of a
   document joined by spaces; with `one_document_per_line` each non-empty line is a document;
 - JSONL (`*.jsonl`, `*.json`, `*.ndjson`): one JSON object per line, the document in `text_key`.
@@ -132,7 +138,16 @@ def _clean_page(page: wikipedia.Page):
     return wikipedia.article_text(page)
 
 
-def _wiki_documents(path, stats, progress, n_processes):
+def _wiki_documents(path, stats, progress, n_processes, log):
+    index = wikipedia.multistream_index_path(path)
+    if path.lower().endswith(".bz2") and os.path.isfile(index):
+        yield from _multistream_documents(path, index, stats, progress, n_processes)
+        return
+    if n_processes > 1:
+        log(
+            f"[text_formatting] {path} has no multistream index (expected {index}): it is "
+            f"decompressed and parsed in one process; only the cleaning uses {n_processes}."
+        )
     stream, raw = open_input(path)
     decoder = Utf8Decoder()
     last = 0
@@ -160,6 +175,94 @@ def _wiki_documents(path, stats, progress, n_processes):
         stats["invalid_utf8_sequences"] += decoder.invalid
         stream.close()
         raw.close()
+
+
+# --- Multistream dumps: whole bz2 streams per worker ----------------------------------------------
+# Streams per task: one stream of a real dump is ~100 pages (a few hundred KB of XML), small
+# enough that the pool's bounded read-ahead keeps memory at a few streams per worker.
+STREAMS_PER_TASK = 1
+
+
+def _stream_ranges(path: str, index: str):
+    """(path, start, end) byte ranges that tile `path`, one per stream the index names: the header
+    stream before the first offset, and the last indexed stream up to the end of the file (its
+    closing </mediawiki> stream included)."""
+    size = os.path.getsize(path)
+    previous = 0
+    try:
+        with bz2.open(index, "rb") as lines:
+            for offset in wikipedia.stream_offsets(lines):
+                if offset >= size:
+                    raise UserError(
+                        f"{path} has {size:,} bytes but its index {index} names a stream at byte "
+                        f"{offset:,}: the dump is truncated; re-download it."
+                    )
+                if offset > previous:
+                    yield path, previous, offset
+                previous = offset
+    except ValueError as e:
+        raise UserError(
+            f"The multistream index {index} is malformed ({e}); re-download it, or delete it to "
+            f"format {path} in one process."
+        ) from None
+    except (EOFError, OSError) as e:
+        raise UserError(
+            f"Reading the multistream index {index} failed ({e}); re-download it, or delete it to "
+            f"format {path} in one process."
+        ) from None
+    yield path, previous, size
+
+
+_stream_decoder = None  # one per process: codecs keeps every registered error handler forever
+
+
+def _format_stream(item):
+    """Decompresses, parses and cleans the streams in bytes [start, end) of a multistream dump.
+
+    Returns (article texts in page order, counts of the stage's page statistics, end - start).
+    """
+    global _stream_decoder
+    path, start, end = item
+    with open(path, "rb") as f:
+        f.seek(start)
+        data = f.read(end - start)
+    where = f"the bz2 stream at byte {start:,} of {path}"
+    try:
+        xml = bz2.decompress(data)
+    except (ValueError, OSError, EOFError) as e:
+        raise UserError(f"{where} is truncated or corrupt ({e}); re-download the dump.") from None
+    if _stream_decoder is None:
+        _stream_decoder = Utf8Decoder()
+    invalid = _stream_decoder.invalid
+    text = _stream_decoder.decode(xml)
+    if _stream_decoder.invalid != invalid:
+        xml = text.encode("utf-8")
+    counts = {"input_documents": 0, "invalid_utf8_sequences": _stream_decoder.invalid - invalid}
+    articles = []
+    try:
+        for page in wikipedia.fragment_pages(xml):
+            counts["input_documents"] += 1
+            kind, cleaned = wikipedia.article_text(page)
+            if kind == "article":
+                articles.append(cleaned)
+            else:
+                counts[kind] = counts.get(kind, 0) + 1
+    except ET.ParseError as e:
+        raise UserError(f"{where} is not well-formed MediaWiki XML ({e}); re-download the dump.") from None
+    return articles, counts, end - start
+
+
+def _multistream_documents(path, index, stats, progress, n_processes):
+    """The articles of a multistream dump, streams decompressed, parsed and cleaned by
+    `n_processes` workers, yielded in stream order: the output does not depend on the count."""
+    results = bounded_imap(_format_stream, _stream_ranges(path, index), n_processes, chunk=STREAMS_PER_TASK)
+    with contextlib.closing(results):
+        for articles, counts, compressed in results:
+            for key, value in counts.items():
+                stats[key] += value
+            if progress is not None:
+                progress.update(compressed)
+            yield from articles
 
 
 def _decoded_lines(path, stats, progress):
@@ -236,11 +339,18 @@ def iter_documents(
     text_key: str = "text",
     one_document_per_line: bool = False,
     max_document_chars: int = DEFAULT_MAX_DOCUMENT_CHARS,
+    log=None,
 ):
-    """Yields each document of `path` as one clean line; skips and counts into `stats` (a Counter-like dict)."""
+    """Yields each document of `path` as one clean line; skips and counts into `stats` (a Counter-like dict).
+
+    A Wikipedia multistream dump (`X.xml.bz2` with its index `X-index.txt.bz2` beside it) is
+    decompressed, parsed and cleaned by `n_processes` workers, whole streams each; any other
+    dump is read by one process (`log` says so once when more were asked for).
+    """
+    log = log or (lambda message: print(message, file=sys.stderr, flush=True))
     fmt = corpus_format(path) if input_format == "auto" else input_format
     if fmt == "wikipedia":
-        documents = _wiki_documents(path, stats, progress, n_processes)
+        documents = _wiki_documents(path, stats, progress, n_processes, log)
     elif fmt == "jsonl":
         documents = _jsonl_documents(path, stats, progress, text_key)
     elif fmt == "text":
@@ -331,6 +441,7 @@ def format_corpus(
                 text_key=text_key,
                 one_document_per_line=one_document_per_line,
                 max_document_chars=max_document_chars,
+                log=log,
             ):
                 out.write(line)
                 out.write("\n")

@@ -1,0 +1,117 @@
+"""Formatting a Wikipedia multistream dump: whole bz2 streams per process, by the index's offsets."""
+
+import bz2
+import collections
+import shutil
+
+import pytest
+
+from common.errors import UserError
+from data.corpus import dump_generator
+from data.corpus.text_formatting import format_corpus, iter_documents
+
+
+@pytest.fixture(scope="module")
+def dump(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("multistream")
+    path = str(directory / "enwiki-20240601-pages-articles-multistream.xml.bz2")
+    # 10 pages per stream: many streams in a small dump, so two processes interleave many times.
+    stats = dump_generator.generate_dump(path, 400_000, seed=7, pages_per_stream=10)
+    return path, stats
+
+
+def _offsets(stats):
+    with bz2.open(stats["index_path"], "rt", encoding="utf-8") as f:
+        return sorted({int(line.split(":", 1)[0]) for line in f})
+
+
+def _format(inputs, output, n_processes, messages=None):
+    log = messages.append if messages is not None else (lambda _: None)
+    return format_corpus(inputs, str(output), n_processes=n_processes, log=log)
+
+
+def test_one_and_two_processes_write_the_same_bytes_as_the_serial_reader(dump, tmp_path):
+    path, generated = dump
+    one = _format([path], tmp_path / "one" / "out.txt", 1)
+    two = _format([path], tmp_path / "two" / "out.txt", 2)
+    text = (tmp_path / "one" / "out.txt").read_bytes()
+    assert (tmp_path / "two" / "out.txt").read_bytes() == text
+    # The same dump without its index goes through the serial reader: the same documents again.
+    plain = tmp_path / "plain.xml.bz2"
+    shutil.copy(path, plain)
+    serial = _format([str(plain)], tmp_path / "serial" / "out.txt", 1)
+    assert (tmp_path / "serial" / "out.txt").read_bytes() == text
+    counts = ("documents", "input_documents", "redirect", "disambiguation", "other_namespace", "bytes_out")
+    assert {k: one[k] for k in counts} == {k: two[k] for k in counts} == {k: serial[k] for k in counts}
+    assert one["input_documents"] == generated["pages"]
+    assert one["redirect"] == generated["redirect"] and one["disambiguation"] == generated["disambiguation"]
+    assert one["documents"] == len(text.splitlines()) > 0
+
+
+def test_without_an_index_it_runs_serially_and_says_so_once(dump, tmp_path):
+    path, _ = dump
+    plain = str(tmp_path / "plain.xml.bz2")
+    shutil.copy(path, plain)
+    messages = []
+    stats = collections.Counter()
+    documents = list(iter_documents(plain, stats, n_processes=2, log=messages.append))
+    assert len(documents) > 0
+    said = [m for m in messages if "no multistream index" in m]
+    assert said == [
+        f"[text_formatting] {plain} has no multistream index (expected {plain[: -len('.xml.bz2')]}"
+        "-index.txt.bz2): it is decompressed and parsed in one process; only the cleaning uses 2."
+    ]
+    # With the index there is nothing to say.
+    messages.clear()
+    assert list(iter_documents(path, collections.Counter(), n_processes=2, log=messages.append)) == documents
+    assert messages == []
+
+
+@pytest.mark.parametrize("n_processes", [1, 2])
+def test_a_truncated_last_stream_is_named_in_the_error(dump, tmp_path, n_processes):
+    path, stats = dump
+    last = _offsets(stats)[-1]
+    cut = tmp_path / "enwiki-pages-articles-multistream.xml.bz2"
+    shutil.copy(stats["index_path"], tmp_path / "enwiki-pages-articles-multistream-index.txt.bz2")
+    cut.write_bytes(open(path, "rb").read()[: last + 300])
+    with pytest.raises(UserError) as error:
+        list(iter_documents(str(cut), collections.Counter(), n_processes=n_processes))
+    assert str(error.value).startswith(f"the bz2 stream at byte {last:,} of {cut} is truncated or corrupt (")
+    assert str(error.value).endswith("; re-download the dump.")
+
+
+def test_a_corrupt_stream_in_the_middle_is_named_and_a_short_file_is_called_truncated(dump, tmp_path):
+    path, stats = dump
+    offsets = _offsets(stats)
+    data = bytearray(open(path, "rb").read())
+    middle = offsets[len(offsets) // 2]
+    data[middle + 200 : middle + 260] = bytes(60)  # zeros inside the stream's compressed blocks
+    bad = tmp_path / "bad.xml.bz2"
+    bad.write_bytes(bytes(data))
+    shutil.copy(stats["index_path"], tmp_path / "bad-index.txt.bz2")
+    with pytest.raises(
+        UserError, match=f"^the bz2 stream at byte {middle:,} of {bad} is truncated or corrupt"
+    ):
+        list(iter_documents(str(bad), collections.Counter(), n_processes=2))
+    # Cut in the middle of the dump: the index names streams the file no longer has.
+    short = tmp_path / "short.xml.bz2"
+    short.write_bytes(bytes(data[: middle + 10]))
+    shutil.copy(stats["index_path"], tmp_path / "short-index.txt.bz2")
+    with pytest.raises(UserError) as error:
+        list(iter_documents(str(short), collections.Counter(), n_processes=1))
+    assert str(error.value) == (
+        f"{short} has {middle + 10:,} bytes but its index {tmp_path / 'short-index.txt.bz2'} names a stream "
+        f"at byte {offsets[offsets.index(middle) + 1]:,}: the dump is truncated; re-download it."
+    )
+
+
+def test_a_malformed_index_is_named(dump, tmp_path):
+    path, _ = dump
+    shutil.copy(path, tmp_path / "d.xml.bz2")
+    (tmp_path / "d-index.txt.bz2").write_bytes(bz2.compress(b"0:1:A\nnot an index line\n"))
+    with pytest.raises(UserError) as error:
+        list(iter_documents(str(tmp_path / "d.xml.bz2"), collections.Counter()))
+    assert str(error.value) == (
+        f"The multistream index {tmp_path / 'd-index.txt.bz2'} is malformed (line 2 is not "
+        f"OFFSET:PAGE_ID:TITLE); re-download it, or delete it to format {tmp_path / 'd.xml.bz2'} in one process."
+    )
