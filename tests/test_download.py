@@ -199,34 +199,45 @@ def test_http_404_names_the_url(server, tmp_path):
 def test_wikipedia_dump_via_mirror_with_published_md5(server, tmp_path):
     xml = b"<mediawiki><page><title>A</title><ns>0</ns><id>1</id></page></mediawiki>"
     dump = bz2.compress(xml)
-    name = "enwiki-latest-pages-articles.xml.bz2"
-    server.files[f"/enwiki/latest/{name}"] = dump
+    index = bz2.compress(b"0:1:A\n")
+    name = "enwiki-latest-pages-articles-multistream"
+    server.files[f"/enwiki/latest/{name}.xml.bz2"] = dump
+    server.files[f"/enwiki/latest/{name}-index.txt.bz2"] = index
     server.files["/enwiki/latest/enwiki-latest-md5sums.txt"] = (
-        f"{'1' * 32}  enwiki-latest-abstract.xml.gz\n{hashlib.md5(dump).hexdigest()}  {name}\n"
+        f"{'1' * 32}  enwiki-latest-abstract.xml.gz\n{hashlib.md5(dump).hexdigest()}  {name}.xml.bz2\n"
+        f"{hashlib.md5(index).hexdigest()}  {name}-index.txt.bz2\n"
     ).encode()
     stats = download_dataset("wikicorpus_en", str(tmp_path), mirror=server.base, log=_quiet)
     target = tmp_path / "download" / "wikicorpus_en"
     assert (target / "wikicorpus_en.xml.bz2").read_bytes() == dump
-    assert stats["downloaded"] == 1
+    assert (target / "wikicorpus_en-index.txt.bz2").read_bytes() == index
+    assert stats["downloaded"] == 2
+    # The checksum list is read once for both files.
+    assert [r[1] for r in server.requests].count("/enwiki/latest/enwiki-latest-md5sums.txt") == 1
     manifest = json.loads((target / "manifest.json").read_text())
     entry = manifest["outputs"]["wikicorpus_en.xml.bz2"]
     assert entry["sha256"] == hashlib.sha256(dump).hexdigest()
     assert entry["counts"]["md5"] == hashlib.md5(dump).hexdigest()
+    assert (
+        manifest["outputs"]["wikicorpus_en-index.txt.bz2"]["counts"]["md5"] == hashlib.md5(index).hexdigest()
+    )
     # Re-run: verified from the manifest, no request at all.
     n = len(server.requests)
-    assert download_dataset("wikicorpus_en", str(tmp_path), mirror=server.base, log=_quiet)["skipped"] == 1
+    assert download_dataset("wikicorpus_en", str(tmp_path), mirror=server.base, log=_quiet)["skipped"] == 2
     assert len(server.requests) == n
 
 
 def test_download_action_of_the_cli(server, tmp_path, capsys):
     import prepare_data
 
-    name = "enwiki-20240601-pages-articles.xml.bz2"
+    name = "enwiki-20240601-pages-articles-multistream"
     dump = bz2.compress(b"<mediawiki></mediawiki>")
-    server.files[f"/enwiki/20240601/{name}"] = dump
+    index = bz2.compress(b"")
+    server.files[f"/enwiki/20240601/{name}.xml.bz2"] = dump
+    server.files[f"/enwiki/20240601/{name}-index.txt.bz2"] = index
     server.files["/enwiki/20240601/enwiki-20240601-md5sums.txt"] = (
-        f"{hashlib.md5(dump).hexdigest()}  {name}\n".encode()
-    )
+        f"{hashlib.md5(dump).hexdigest()}  {name}.xml.bz2\n{hashlib.md5(index).hexdigest()}  {name}-index.txt.bz2\n"
+    ).encode()
     args = [
         "--action",
         "download",
@@ -242,7 +253,7 @@ def test_download_action_of_the_cli(server, tmp_path, capsys):
     ]
     assert prepare_data.main(args, environ={}) == 0
     assert (tmp_path / "download" / "wikicorpus_en" / "wikicorpus_en.xml.bz2").read_bytes() == dump
-    assert "[download] done: files=1  skipped=0  downloaded=1" in capsys.readouterr().err
+    assert "[download] done: files=2  skipped=0  downloaded=2" in capsys.readouterr().err
     server.files.clear()
     assert prepare_data.main(args[:-1], environ={}) == 0  # verified from the manifest: no request needed
     assert (
@@ -265,7 +276,7 @@ def test_download_action_of_the_cli(server, tmp_path, capsys):
 
 
 def test_wikipedia_md5_mismatch_is_reported(server, tmp_path):
-    name = "enwiki-latest-pages-articles.xml.bz2"
+    name = "enwiki-latest-pages-articles-multistream.xml.bz2"
     server.files[f"/enwiki/latest/{name}"] = b"corrupt"
     server.files["/enwiki/latest/enwiki-latest-md5sums.txt"] = f"{'a' * 32}  {name}\n".encode()
     with pytest.raises(DownloadError, match="md5 mismatch"):
@@ -306,8 +317,13 @@ def test_builtin_sources_are_pinned():
     squad = {s.filename: s for s in download.dataset_sources("squad")}
     assert squad["v1.1/train-v1.1.json"].sha256.startswith("35276639")
     assert all(s.size and s.sha256 for s in squad.values())
-    wiki = download.dataset_sources("wikicorpus_en", wiki_dump="20240601")[0]
-    assert wiki.url.endswith("/enwiki/20240601/enwiki-20240601-pages-articles.xml.bz2")
+    wiki, index = download.dataset_sources("wikicorpus_en", wiki_dump="20240601")
+    assert wiki.url.endswith("/enwiki/20240601/enwiki-20240601-pages-articles-multistream.xml.bz2")
+    assert index.url.endswith("/enwiki/20240601/enwiki-20240601-pages-articles-multistream-index.txt.bz2")
+    assert (wiki.filename, index.filename) == ("wikicorpus_en.xml.bz2", "wikicorpus_en-index.txt.bz2")
+    assert wiki.md5_list_url == index.md5_list_url
     assert wiki.md5_list_url.endswith("/enwiki/20240601/enwiki-20240601-md5sums.txt")
+    (single,) = download.dataset_sources("wikicorpus_en", wiki_dump="20240601", wiki_multistream=False)
+    assert single.url.endswith("/enwiki/20240601/enwiki-20240601-pages-articles.xml.bz2")
     with pytest.raises(download.UserError, match="Unknown GLUE task"):
         download.glue_sources(["NOPE"])

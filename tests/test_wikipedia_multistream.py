@@ -2,12 +2,16 @@
 
 import bz2
 import collections
+import functools
+import hashlib
+import http.server
 import shutil
+import threading
 
 import pytest
 
 from common.errors import UserError
-from data.corpus import dump_generator
+from data.corpus import download, dump_generator
 from data.corpus.text_formatting import format_corpus, iter_documents
 
 
@@ -115,3 +119,88 @@ def test_a_malformed_index_is_named(dump, tmp_path):
         f"The multistream index {tmp_path / 'd-index.txt.bz2'} is malformed (line 2 is not "
         f"OFFSET:PAGE_ID:TITLE); re-download it, or delete it to format {tmp_path / 'd.xml.bz2'} in one process."
     )
+
+
+class _DumpMirror:
+    """A dumps.wikimedia.org look-alike on 127.0.0.1 serving one directory (no Range: fetch restarts)."""
+
+    def __init__(self, root):
+        handler = functools.partial(_QuietHandler, directory=str(root))
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
+        self.base = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+def _publish(dump, directory, md5_of_index=None):
+    """Lays the dump out as Wikipedia does under enwiki/20240601/, with its md5sums.txt."""
+    path, stats = dump
+    folder = directory / "enwiki" / "20240601"
+    folder.mkdir(parents=True)
+    name = "enwiki-20240601-pages-articles-multistream"
+    shutil.copy(path, folder / f"{name}.xml.bz2")
+    shutil.copy(stats["index_path"], folder / f"{name}-index.txt.bz2")
+    md5 = {p.name: hashlib.md5(p.read_bytes()).hexdigest() for p in folder.iterdir()}
+    if md5_of_index:
+        md5[f"{name}-index.txt.bz2"] = md5_of_index
+    lines = [f"{'0' * 32}  enwiki-20240601-pages-articles.xml.bz2"] + [
+        f"{v}  {k}" for k, v in sorted(md5.items())
+    ]
+    (folder / "enwiki-20240601-md5sums.txt").write_text("\n".join(lines) + "\n")
+    return folder / f"{name}-index.txt.bz2"
+
+
+def test_download_fetches_dump_and_index_verified_and_formatting_uses_the_index(dump, tmp_path):
+    _publish(dump, tmp_path / "mirror")
+    mirror = _DumpMirror(tmp_path / "mirror")
+    try:
+        stats = download.download_dataset(
+            "wikicorpus_en",
+            str(tmp_path / "data"),
+            mirror=mirror.base,
+            wiki_dump="20240601",
+            log=lambda _: None,
+        )
+    finally:
+        mirror.close()
+    assert stats["downloaded"] == 2
+    target = tmp_path / "data" / "download" / "wikicorpus_en"
+    path, generated = dump
+    assert (target / "wikicorpus_en.xml.bz2").read_bytes() == open(path, "rb").read()
+    assert (target / "wikicorpus_en-index.txt.bz2").read_bytes() == open(generated["index_path"], "rb").read()
+    messages = []
+    documents = list(
+        iter_documents(
+            str(target / "wikicorpus_en.xml.bz2"), collections.Counter(), n_processes=2, log=messages.append
+        )
+    )
+    assert messages == [] and len(documents) == generated["article"]
+
+
+def test_an_index_that_does_not_match_its_published_md5_is_refused(dump, tmp_path):
+    _publish(dump, tmp_path / "mirror", md5_of_index="f" * 32)
+    mirror = _DumpMirror(tmp_path / "mirror")
+    try:
+        with pytest.raises(download.DownloadError) as error:
+            download.download_dataset(
+                "wikicorpus_en",
+                str(tmp_path / "data"),
+                mirror=mirror.base,
+                wiki_dump="20240601",
+                log=lambda _: None,
+            )
+    finally:
+        mirror.close()
+    url = f"{mirror.base}/enwiki/20240601/enwiki-20240601-pages-articles-multistream-index.txt.bz2"
+    assert str(error.value).startswith(f"{url}: md5 mismatch (expected {'f' * 32}, got ")
+    target = tmp_path / "data" / "download" / "wikicorpus_en"
+    assert (target / "wikicorpus_en.xml.bz2").exists()  # the dump itself verified
+    assert not [p.name for p in target.iterdir() if p.name.startswith("wikicorpus_en-index")]

@@ -7,10 +7,11 @@ server announced and any published checksum, and only then renames `.part` to `d
 under its final name is therefore always complete and verified; a mismatch deletes the partial
 file and raises DownloadError naming the URL and both checksums.
 
-`download_dataset(name, root)` fetches one dataset (wikicorpus_en, squad, glue,
-google_pretrained_weights) into `<root>/download/<name>/`, extracts archives atomically, and
-records every file (size, sha256, source) in that directory's manifest.json, so a re-run with
-everything in place touches no network.
+`download_dataset(name, root)` fetches one dataset (wikicorpus_en: Wikipedia's multistream
+dump and its stream index; squad, glue, google_pretrained_weights) into
+`<root>/download/<name>/`, extracts archives atomically, and records every file (size, sha256,
+source) in that directory's manifest.json, so a re-run with everything in place touches no
+network.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import zipfile
 from common.errors import UserError
 from common.files import atomic_write, commit, ensure_writable_dir, sha256_file, temporary_name
 from data import paths
+from data.corpus.wikipedia import multistream_index_path
 from data.manifest import Manifest
 
 USER_AGENT = "bert-tf2-data-prep/0.1 (+https://github.com/; resumable downloader)"
@@ -75,17 +77,30 @@ GOOGLE_BERT_BASE = "https://storage.googleapis.com/bert_models/2018_10_18"
 UNCASED_VOCAB_SHA256 = "07eced375cec144d27c900241f3e339478dec958f92fddbc551f295c992038a3"
 
 
-def wikipedia_sources(language: str = "en", dump: str = "latest") -> list[Source]:
-    """The pages-articles dump of `<language>wiki` for `dump` ("latest" or a date like "20240601")."""
+def wikipedia_sources(language: str = "en", dump: str = "latest", multistream: bool = True) -> list[Source]:
+    """The pages-articles dump of `<language>wiki` for `dump` ("latest" or a date like "20240601").
+
+    By default the multistream dump and its index (the byte offset of every bz2 stream), which
+    let text formatting give whole streams to every process; both are checked against the
+    dump's published md5sums.txt. `multistream=False` fetches the single-stream dump alone.
+    """
     wiki = f"{language}wiki"
     base = f"{WIKI_BASE}/{wiki}/{dump}"
-    name = f"{wiki}-{dump}-pages-articles.xml.bz2"
+    local = f"wikicorpus_{language}.xml.bz2"
+    checksums = f"{base}/{wiki}-{dump}-md5sums.txt"
+    if not multistream:
+        return [
+            Source(url=f"{base}/{wiki}-{dump}-pages-articles.xml.bz2", filename=local, md5_list_url=checksums)
+        ]
+    name = f"{wiki}-{dump}-pages-articles-multistream"
     return [
+        Source(url=f"{base}/{name}.xml.bz2", filename=local, md5_list_url=checksums),
+        # Named as text formatting looks for it beside the dump (wikipedia.multistream_index_path).
         Source(
-            url=f"{base}/{name}",
-            filename=f"wikicorpus_{language}.xml.bz2",
-            md5_list_url=f"{base}/{wiki}-{dump}-md5sums.txt",
-        )
+            url=f"{base}/{name}-index.txt.bz2",
+            filename=multistream_index_path(local),
+            md5_list_url=checksums,
+        ),
     ]
 
 
@@ -208,10 +223,11 @@ def dataset_sources(
     *,
     glue_tasks=GLUE_TASKS,
     wiki_dump: str = "latest",
+    wiki_multistream: bool = True,
     google_models=("uncased_L-12_H-768_A-12",),
 ) -> list[Source]:
     if dataset == "wikicorpus_en":
-        return wikipedia_sources("en", wiki_dump)
+        return wikipedia_sources("en", wiki_dump, wiki_multistream)
     if dataset == "squad":
         return list(SQUAD_SOURCES)
     if dataset == "glue":
@@ -268,9 +284,17 @@ def read_small(url: str, timeout: float = 60, retries: int = 3) -> bytes:
     raise DownloadError(f"Could not fetch {url} after {retries + 1} attempts ({last}); check the network.")
 
 
-def published_md5(list_url: str, filename_in_list: str, timeout: float = 60) -> str:
-    """The md5 of `filename_in_list` in a `<md5>  <name>` checksum list (Wikipedia's md5sums.txt)."""
-    text = read_small(list_url, timeout).decode("utf-8", "replace")
+def published_md5(
+    list_url: str, filename_in_list: str, timeout: float = 60, lists: dict | None = None
+) -> str:
+    """The md5 of `filename_in_list` in a `<md5>  <name>` checksum list (Wikipedia's md5sums.txt).
+
+    `lists` (url -> text) keeps the lists already fetched, so a dump and its index read one list once.
+    """
+    lists = {} if lists is None else lists
+    if list_url not in lists:
+        lists[list_url] = read_small(list_url, timeout).decode("utf-8", "replace")
+    text = lists[list_url]
     for line in text.splitlines():
         fields = line.split()
         if len(fields) == 2 and fields[1].lstrip("*") == filename_in_list:
@@ -571,6 +595,7 @@ def download_dataset(
     sources = sources if sources is not None else dataset_sources(dataset, **source_options)
     manifest = Manifest.load(target, "download", {"dataset": dataset})
     stats = {"files": 0, "skipped": 0, "downloaded": 0, "resumed": 0, "bytes": 0}
+    checksum_lists: dict = {}
     start = time.monotonic()
     for source in sources:
         url = with_mirror(source.url, mirror)
@@ -585,7 +610,9 @@ def download_dataset(
         md5 = source.md5
         if not md5 and not source.sha256 and source.md5_list_url:
             listed_name = os.path.basename(urllib.parse.urlsplit(source.url).path)
-            md5 = published_md5(with_mirror(source.md5_list_url, mirror), listed_name, timeout)
+            md5 = published_md5(
+                with_mirror(source.md5_list_url, mirror), listed_name, timeout, checksum_lists
+            )
         log(f"[download] {url} -> {dest}")
         result = fetch(
             url,
