@@ -139,13 +139,10 @@ def _clean_page(page: wikipedia.Page):
 
 
 def _wiki_documents(path, stats, progress, n_processes, log):
-    index = wikipedia.multistream_index_path(path)
-    if path.lower().endswith(".bz2") and os.path.isfile(index):
-        yield from _multistream_documents(path, index, stats, progress, n_processes)
-        return
     if n_processes > 1:
         log(
-            f"[text_formatting] {path} has no multistream index (expected {index}): it is "
+            f"[text_formatting] {path} has no multistream index (expected "
+            f"{wikipedia.multistream_index_path(path)}): it is "
             f"decompressed and parsed in one process; only the cleaning uses {n_processes}."
         )
     stream, raw = open_input(path)
@@ -179,8 +176,9 @@ def _wiki_documents(path, stats, progress, n_processes, log):
 
 # --- Multistream dumps: whole bz2 streams per worker ----------------------------------------------
 # Streams per task: one stream of a real dump is ~100 pages (a few hundred KB of XML), small
-# enough that the pool's bounded read-ahead keeps memory at a few streams per worker.
-STREAMS_PER_TASK = 1
+# enough that the pool's bounded read-ahead keeps memory at a few streams per worker; two per
+# task halve the parent's cost of sending tasks (about 1 ms each).
+STREAMS_PER_TASK = 2
 
 
 def _stream_ranges(path: str, index: str):
@@ -219,7 +217,8 @@ _stream_decoder = None  # one per process: codecs keeps every registered error h
 def _format_stream(item):
     """Decompresses, parses and cleans the streams in bytes [start, end) of a multistream dump.
 
-    Returns (article texts in page order, counts of the stage's page statistics, end - start).
+    Returns (the articles' final lines in page order, counts of the stage's page statistics,
+    end - start).
     """
     global _stream_decoder
     path, start, end = item
@@ -243,9 +242,11 @@ def _format_stream(item):
         for page in wikipedia.fragment_pages(xml):
             counts["input_documents"] += 1
             kind, cleaned = wikipedia.article_text(page)
-            if kind == "article":
-                articles.append(cleaned)
+            line = _final_line(cleaned) if kind == "article" else None
+            if line is not None:
+                articles.append(line)
             else:
+                kind = "empty_documents" if kind == "article" else kind
                 counts[kind] = counts.get(kind, 0) + 1
     except ET.ParseError as e:
         raise UserError(f"{where} is not well-formed MediaWiki XML ({e}); re-download the dump.") from None
@@ -349,6 +350,11 @@ def iter_documents(
     """
     log = log or (lambda message: print(message, file=sys.stderr, flush=True))
     fmt = corpus_format(path) if input_format == "auto" else input_format
+    index = wikipedia.multistream_index_path(path)
+    if fmt == "wikipedia" and path.lower().endswith(".bz2") and os.path.isfile(index):
+        # The workers make the final lines too: the one process that writes them does no more.
+        yield from _multistream_documents(path, index, stats, progress, n_processes)
+        return
     if fmt == "wikipedia":
         documents = _wiki_documents(path, stats, progress, n_processes, log)
     elif fmt == "jsonl":
@@ -358,11 +364,17 @@ def iter_documents(
     else:
         raise UserError(f"Unknown --input_format {input_format!r}; choose from {', '.join(INPUT_FORMATS)}.")
     for document in documents:
-        line = _one_line(document)
-        if not any(ch.isalnum() for ch in line):
+        line = _final_line(document)
+        if line is None:
             stats["empty_documents"] += 1
             continue
         yield line
+
+
+def _final_line(document: str) -> str | None:
+    """The document on one line, or None when it holds no letter or digit (an empty document)."""
+    line = _one_line(document)
+    return line if any(ch.isalnum() for ch in line) else None
 
 
 STAT_KEYS = (

@@ -92,22 +92,51 @@ def multistream_index_path(dump_path: str) -> str:
     return base + "-index.txt.bz2"
 
 
-def stream_offsets(index_lines):
-    """The distinct stream offsets of an index's `OFFSET:PAGE_ID:TITLE` lines (bytes or str), in
-    order; raises ValueError(line number) at a line that is not of that form or goes backwards."""
-    last = -1
-    for number, line in enumerate(index_lines, 1):
-        head = line.split(b":" if isinstance(line, bytes) else ":", 2)
-        if len(head) != 3 or not head[0].isdigit() or not head[1].strip().isdigit():
-            if not line.strip():
-                continue
+_INDEX_ENTRY = re.compile(rb"^(\d+):\s*\d+\s*:", re.MULTILINE)
+_INDEX_BLOCK = 1 << 22
+
+
+def stream_offsets(index_file):
+    """The distinct stream offsets of an index (`OFFSET:PAGE_ID:TITLE` lines, read from the binary
+    file `index_file`), in order; raises ValueError naming the first line that is not of that
+    form or goes back to an earlier offset.
+
+    The index of the English dump has tens of millions of lines: it is read in blocks and its
+    offsets found by one regex per block, so the parent process spends seconds, not minutes, here.
+    """
+    last, line_number, tail = -1, 0, b""
+    while True:
+        data = index_file.read(_INDEX_BLOCK)
+        block = tail + data
+        cut = block.rfind(b"\n") + 1 if data else len(block)
+        block, tail = block[:cut], block[cut:]
+        if block:
+            offsets = list(map(int, _INDEX_ENTRY.findall(block)))
+            lines = block.count(b"\n") + (not block.endswith(b"\n"))
+            blank = len(re.findall(rb"^[ \t\r]*$\n?", block, re.MULTILINE)) - (block.endswith(b"\n"))
+            if len(offsets) != lines - blank or offsets != sorted(offsets) or (offsets and offsets[0] < last):
+                _raise_at_bad_line(block, line_number, last)
+            for offset in dict.fromkeys(offsets):
+                if offset != last:
+                    yield offset
+                    last = offset
+            line_number += lines
+        if not data:
+            return
+
+
+def _raise_at_bad_line(block: bytes, line_number: int, last: int):
+    for number, line in enumerate(block.split(b"\n"), line_number + 1):
+        if not line.strip():
+            continue
+        match = _INDEX_ENTRY.match(line)
+        if not match:
             raise ValueError(f"line {number} is not OFFSET:PAGE_ID:TITLE")
-        offset = int(head[0])
+        offset = int(match.group(1))
         if offset < last:
             raise ValueError(f"line {number} goes back to offset {offset} after {last}")
-        if offset != last:
-            yield offset
-            last = offset
+        last = offset
+    raise AssertionError("no bad line found")  # unreachable: the caller saw one
 
 
 def fragment_pages(xml: bytes):
