@@ -11,6 +11,7 @@ import pytest
 import tensorflow as tf
 
 import run_classifier
+from common.errors import UserError
 from common.files import TEMP_MARK
 from conftest import BIN, ROOT, kill_after_step, worker_env
 from finetuning_runs import (
@@ -216,3 +217,29 @@ def test_fine_tuned_head_with_another_class_count_is_a_shape_error(mrpc_run, tmp
     assert f"output_weights (2, {D}) vs model ({classes}, {D})" in err
     assert f"output_bias (2,) vs model ({classes},)" in err
     assert tf.train.latest_checkpoint(str(tmp_path / "run")) is None
+
+
+def test_the_training_rows_come_in_one_order_for_every_worker_count_from_any_position():
+    from training.finetuning_job import training_dataset
+
+    arrays = {"row": np.arange(10, dtype=np.int32)}
+
+    def order(workers, batch, start=0, micro_batches=6):
+        streams = [
+            [
+                b["row"].numpy().tolist()
+                for b in training_dataset(
+                    arrays, batch, num_workers=workers, worker_index=r, seed=3, start=start
+                ).take(micro_batches)
+            ]
+            for r in range(workers)
+        ]
+        return [x for k in range(micro_batches) for r in range(workers) for x in streams[r][k]]
+
+    one = order(1, 4, micro_batches=10)  # 4 epochs of 10 rows
+    assert all(sorted(one[e * 10 : e * 10 + 10]) == list(range(10)) for e in range(4))
+    assert one[:10] != one[10:20]  # each epoch its own permutation
+    assert order(2, 2, micro_batches=10) == one
+    assert order(2, 4, start=13, micro_batches=3) == one[13:37]
+    with pytest.raises(UserError, match=r"10 training features are fewer than --train_batch_size=4 x 3"):
+        training_dataset(arrays, 4, num_workers=3, worker_index=0, seed=3)

@@ -16,6 +16,7 @@ def test_the_worker_count_multiplies_the_batch_and_the_rate_once():
     assert update.peak_learning_rate == pytest.approx(6e-3)
     assert update.describe() == {
         "workers": 8,
+        "num_accumulation_steps": 4,
         "global_batch_size": 256,
         "effective_learning_rate": pytest.approx(6e-3),
     }
