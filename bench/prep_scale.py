@@ -10,8 +10,8 @@ The dump comes from data/corpus/dump_generator.py (seeded, Wikipedia's multistre
 index, about enwiki's page mix and compression ratio), generated once per size and seed and cached
 under --cache_dir. For each process count, a fresh data directory goes through the stages of
 prepare_data.py, each one child process that reports at its exit its own CPU seconds and peak RSS
-apart from those of the worker processes it started (RUSAGE_SELF / RUSAGE_CHILDREN: the largest
-worker's peak); the stage's seconds are those of its summary line (interpreter start-up left out):
+apart from those of the worker processes it started (VmHWM / RUSAGE_CHILDREN: the largest
+worker's peak, which includes the parent's RSS when that worker started); the stage's seconds are those of its summary line (interpreter start-up left out):
 
     text_formatting        the multistream dump (by its index) -> one article per line
     sharding               -> training and test shards (about --shard_mb each)
@@ -82,13 +82,18 @@ def dump_path(cache_dir: str, xml_mb: float, seed: int) -> tuple[str, dict]:
 
 
 # Runs a script and, at its exit, reports its own CPU time and peak RSS apart from those of the
-# worker processes it started and reaped (RUSAGE_CHILDREN), as one JSON line on stderr.
+# worker processes it started and reaped (RUSAGE_CHILDREN), as one JSON line on stderr. Its own
+# peak is VmHWM, not ru_maxrss: Linux carries the peak of the process that exec'd into ru_maxrss
+# (with vfork, this benchmark's own), which would charge the bench's memory to the stage. A
+# worker's ru_maxrss likewise includes its parent's RSS at the moment the worker was started.
 _MEASURED = """
 import atexit, json, resource, runpy, sys
 def _report():
     own, workers = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    with open("/proc/self/status") as status:
+        hwm = [int(line.split()[1]) for line in status if line.startswith("VmHWM:")]
     print("PREP_SCALE_USAGE " + json.dumps({
-        "parent_cpu": own.ru_utime + own.ru_stime, "parent_rss_mb": own.ru_maxrss / 1024,
+        "parent_cpu": own.ru_utime + own.ru_stime, "parent_rss_mb": (hwm[0] if hwm else own.ru_maxrss) / 1024,
         "workers_cpu": workers.ru_utime + workers.ru_stime, "workers_rss_mb": workers.ru_maxrss / 1024,
     }), file=sys.stderr, flush=True)
 atexit.register(_report)
@@ -158,8 +163,8 @@ def _tfrecord_args(phase, data_dir):
 def _digest(files) -> str:
     digest = hashlib.sha256()
     for path in sorted(files):
-        with open(path, "rb") as f:
-            digest.update(hashlib.sha256(f.read()).digest())
+        with open(path, "rb") as f:  # in blocks: the stages' children start from this process
+            digest.update(hashlib.file_digest(f, "sha256").digest())
     return digest.hexdigest()[:12]
 
 
@@ -267,7 +272,8 @@ def main(argv=None):
             shutil.rmtree(data_dir, ignore_errors=True)
             runs[n] = run_pipeline(dump, data_dir, n, args.shard_mb, shards)
             shards = runs[n]["_sizes"]["shards"]  # the same shards for every count: same outputs
-            shutil.rmtree(data_dir, ignore_errors=True)
+            if not args.work_dir:  # a given --work_dir keeps every count's outputs to look at
+                shutil.rmtree(data_dir, ignore_errors=True)
     finally:
         if not args.work_dir:
             shutil.rmtree(work, ignore_errors=True)
