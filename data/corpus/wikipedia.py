@@ -366,12 +366,32 @@ _FIXED_TEXT_TEMPLATES = {
 }
 
 
-def _render_template(inner: str) -> str:
-    """Text a template stands for in running prose; "" for the vast majority (infoboxes, citations, ...)."""
-    args = _split_args(inner)
-    name = args[0].strip().replace("_", " ").lower()
+def _template_name(head: str) -> str:
+    name = head.strip().replace("_", " ").lower()
     if name.startswith("template:"):
         name = name[len("template:") :].strip()
+    return name
+
+
+def _renders_text(name: str) -> bool:
+    return (
+        name in _FIXED_TEXT_TEMPLATES
+        or name in _ARGUMENT_TEXT_TEMPLATES
+        or name in _SIMPLE_TEXT_TEMPLATES
+        or name.startswith("lang-")
+    )
+
+
+def _render_template(inner: str) -> str:
+    """Text a template stands for in running prose; "" for the vast majority (infoboxes, citations, ...)."""
+    head = inner.split("|", 1)[0]
+    if "[[" not in head and "{{" not in head and not _renders_text(_template_name(head)):
+        # Most templates (infoboxes, citations) stand for no text: their arguments, often
+        # most of an article's wikitext, need not be split (the name is the text before the
+        # first "|" unless a nested link or template holds one).
+        return ""
+    args = _split_args(inner)
+    name = _template_name(args[0])
     if name in _FIXED_TEXT_TEMPLATES:
         return _FIXED_TEXT_TEMPLATES[name]
     pos = _positional(args[1:])
@@ -396,6 +416,27 @@ def _render_template(inner: str) -> str:
     if name in _SIMPLE_TEXT_TEMPLATES:
         return pos[0] or (pos[1] if len(pos) > 1 else "")
     return ""
+
+
+# The templates _render_template gives text for from their arguments (besides the fixed-text,
+# simple-text and lang-xx ones).
+_ARGUMENT_TEXT_TEMPLATES = frozenset(
+    {
+        "convert",
+        "cvt",
+        "lang",
+        "transl",
+        "transliteration",
+        "as of",
+        "c.",
+        "circa",
+        "frac",
+        "sfrac",
+        "us$",
+        "usd",
+        "us dollar",
+    }
+)
 
 
 def strip_templates_and_tables(text: str) -> str:
