@@ -102,7 +102,7 @@ def global_order(files, batch, seq, predictions, workers, rank, seed, window, st
         start=start,
         seed=seed,
         window=window,
-        counts=counts,
+        count=None if counts is None else (lambda _: counts),
     )
 
 
@@ -155,7 +155,7 @@ def main(argv=None):
             for workers in (int(w) for w in args.workers.split(",")):
                 makers = {
                     "global order": lambda w=workers: global_order(
-                        files, batch, seq, predictions, w, 0, 7, args.window, counts=counts
+                        files, batch, seq, predictions, w, 0, 7, args.window, count=lambda _: counts
                     ),
                     "per-worker files": lambda w=workers: per_worker_files(
                         files, batch, seq, predictions, w, 0, 7
@@ -180,11 +180,22 @@ def main(argv=None):
             middle = sum(counts) // 2 + 17
             starts = {
                 "0": first_batch_seconds(
-                    lambda: global_order(files, batch, seq, predictions, 1, 0, 7, args.window, counts=counts)
+                    lambda: global_order(
+                        files, batch, seq, predictions, 1, 0, 7, args.window, count=lambda _: counts
+                    )
                 ),
                 f"{middle} (mid-epoch)": first_batch_seconds(
                     lambda: global_order(
-                        files, batch, seq, predictions, 1, 0, 7, args.window, start=middle, counts=counts
+                        files,
+                        batch,
+                        seq,
+                        predictions,
+                        1,
+                        0,
+                        7,
+                        args.window,
+                        start=middle,
+                        count=None if counts is None else (lambda _: counts),
                     )
                 ),
             }

@@ -85,31 +85,44 @@ def count_records(files):
         raise UserError(str(e)) from None
 
 
-def record_counts(files) -> list[int]:
-    """The record count of each file: as the TFRecord stage's manifest.json (in the file's
-    directory or the one above) recorded it when the file still has the recorded size, else
-    counted by walking the length headers."""
+def _manifest_count(path, manifests: dict):
+    """The record count the TFRecord stage's manifest.json (in the file's directory or the one
+    above) recorded for `path`, if it lists the file at its current size; else None."""
     from data.manifest import MANIFEST_NAME, read_manifest_outputs
 
+    if "://" in path:
+        return None
+    here = os.path.dirname(os.path.abspath(path))
+    for root in (here, os.path.dirname(here)):
+        if root not in manifests:
+            manifests[root] = read_manifest_outputs(os.path.join(root, MANIFEST_NAME))
+        entry = manifests[root].get(os.path.relpath(os.path.abspath(path), root))
+        if entry and entry.get("bytes") == os.path.getsize(path):
+            count = entry.get("counts", {}).get("instances")
+            return None if count is None else int(count)
+    return None
+
+
+def record_counts(files, counting=None) -> list[int]:
+    """The record count of each file: as the TFRecord stage's manifest recorded it (instantly),
+    else counted by walking the length headers (about 2 s per million records). `counting(total
+    bytes)`, when given, makes the progress display of the files left to count (a callable
+    taking bytes done)."""
     manifests: dict[str, dict] = {}
-    counts = []
-    for path in files:
-        count = None
-        if "://" not in path:
-            here = os.path.dirname(os.path.abspath(path))
-            for root in (here, os.path.dirname(here)):
-                if root not in manifests:
-                    manifests[root] = read_manifest_outputs(os.path.join(root, MANIFEST_NAME))
-                entry = manifests[root].get(os.path.relpath(os.path.abspath(path), root))
-                if entry and entry.get("bytes") == os.path.getsize(path):
-                    count = entry.get("counts", {}).get("instances")
-                    break
-        if count is None:
-            try:
-                count = tfrecord.count_records(path)
-            except tfrecord.CorruptRecordError as e:
-                raise UserError(f"{e} Regenerate it or remove it from the input.") from None
-        counts.append(int(count))
+    counts = [_manifest_count(path, manifests) for path in files]
+    left = [i for i, count in enumerate(counts) if count is None]
+    if not left:
+        return counts
+    progress = counting(sum(os.path.getsize(files[i]) for i in left)) if counting else None
+    for i in left:
+        try:
+            counts[i] = tfrecord.count_records(files[i])
+        except tfrecord.CorruptRecordError as e:
+            raise UserError(f"{e} Regenerate it or remove it from the input.") from None
+        if progress is not None:
+            progress(os.path.getsize(files[i]))
+    if progress is not None:
+        progress.close()
     return counts
 
 
@@ -131,7 +144,7 @@ def training_dataset(
     start=0,
     seed=12345,
     window=DEFAULT_SHUFFLE_WINDOW,
-    counts=None,
+    count=None,
 ):
     """One worker's micro-batches of the global order of `files` (training/data_order.py), from
     sequence `start` of it, endless, each file checked first.
@@ -143,7 +156,8 @@ def training_dataset(
       start: sequences of the order consumed before (a checkpoint's position).
       seed: fixes the order: the file order of each epoch and each window's shuffle.
       window: consecutive records shuffled together.
-      counts: the files' record counts (record_counts when None).
+      count: count(files) -> their record counts, called once the files passed their checks
+        (record_counts when None).
 
     Returns a tf.data.Dataset of dicts: input_ids, input_mask, segment_ids int32 [B, S];
     masked_lm_positions, masked_lm_ids int32 [B, P]; masked_lm_weights float32 [B, P];
@@ -155,7 +169,7 @@ def training_dataset(
         raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
     for path in files:
         check_file(path, max_seq_length, max_predictions_per_seq)
-    counts = record_counts(files) if counts is None else counts
+    counts = (count or record_counts)(files)
     if sum(counts) == 0:
         raise UserError(f"{', '.join(files[:3])}{' ...' if len(files) > 3 else ''} hold no record.")
     order = records_in_order(files, counts, seed=seed, window=window, start=start)

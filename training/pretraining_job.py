@@ -161,6 +161,31 @@ class _Plan:
     resolved: dict
 
 
+def _record_counts(files: list, dist, out) -> list[int]:
+    """The record count of every training file (the data order needs them): each worker finds
+    those of every size-th file (from the TFRecord stage's manifest, else by counting), and the
+    workers add them up."""
+    import numpy as np
+
+    from common.progress import Progress
+    from training.input_pipeline import record_counts
+
+    share = list(range(dist.rank, len(files), dist.size))
+    found = record_counts(
+        [files[i] for i in share],
+        counting=lambda total: Progress(
+            "counting training records", total, stream=out, enabled=dist.is_chief
+        ),
+    )
+    counts = np.zeros(len(files), np.int64)
+    counts[share] = found
+    if dist.size > 1:
+        import tensorflow as tf
+
+        counts = dist.sum([tf.constant(counts)])[0].numpy()
+    return [int(c) for c in counts]
+
+
 def _plan(s: PretrainingSettings, dist, out) -> _Plan:
     """Steps 1 and 2: config, vocab, globs, records, the checkpoint to continue (its global batch
     and data position); then the resolved settings reported."""
@@ -189,6 +214,7 @@ def _plan(s: PretrainingSettings, dist, out) -> _Plan:
             start=start,
             seed=s.seed,
             window=s.shuffle_buffer,
+            count=lambda files: _record_counts(files, dist, out),
         )
     if s.do_eval and dist.is_chief:
         eval_data = evaluation_dataset(eval_files, s.eval_batch_size, *shapes)
