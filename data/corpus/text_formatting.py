@@ -12,6 +12,9 @@ Inputs, optionally compressed (.bz2, .gz, .xz):
   document joined by spaces; with `one_document_per_line` each non-empty line is a document;
 - JSONL (`*.jsonl`, `*.json`, `*.ndjson`): one JSON object per line, the document in `text_key`.
 
+An uncompressed JSONL or one-document-per-line file is cut into byte ranges at line ends that
+`n_processes` workers format; other text and compressed files are read by one process.
+
 Output: UTF-8, one document per line, whitespace collapsed, in input order. Invalid UTF-8 is
 replaced by U+FFFD and counted; empty documents, unparsable JSON lines and non-article wiki pages
 are skipped and counted. Documents longer than `max_document_chars` in plain text are cut at a
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import bz2
 import codecs
+import collections
 import contextlib
 import gzip
 import io
@@ -285,49 +289,112 @@ def _decoded_lines(path, stats, progress):
         raw.close()
 
 
-def _text_documents(path, stats, progress, one_document_per_line, max_document_chars):
+def _text_documents(lines, stats, one_document_per_line, max_document_chars):
+    """The documents of plain text given as its stripped lines (see the module docstring)."""
     current, size = [], 0
-    with contextlib.closing(_decoded_lines(path, stats, progress)) as lines:
-        for text in lines:
-            if one_document_per_line:
-                if text:
-                    stats["input_documents"] += 1
-                    yield text
-                continue
-            if not text:
-                if current:
-                    stats["input_documents"] += 1
-                    yield " ".join(current)
-                    current, size = [], 0
-                continue
-            if size + len(text) > max_document_chars and current:
-                stats["split_long_documents"] += 1
+    for text in lines:
+        if one_document_per_line:
+            if text:
+                stats["input_documents"] += 1
+                yield text
+            continue
+        if not text:
+            if current:
                 stats["input_documents"] += 1
                 yield " ".join(current)
                 current, size = [], 0
-            current.append(text)
-            size += len(text) + 1
+            continue
+        if size + len(text) > max_document_chars and current:
+            stats["split_long_documents"] += 1
+            stats["input_documents"] += 1
+            yield " ".join(current)
+            current, size = [], 0
+        current.append(text)
+        size += len(text) + 1
     if current:
         stats["input_documents"] += 1
         yield " ".join(current)
 
 
-def _jsonl_documents(path, stats, progress, text_key):
-    with contextlib.closing(_decoded_lines(path, stats, progress)) as lines:
-        for text in lines:
-            if not text:
-                continue
-            stats["input_documents"] += 1
-            try:
-                record = json.loads(text)
-            except ValueError:
-                stats["bad_json_lines"] += 1
-                continue
-            value = record.get(text_key) if isinstance(record, dict) else None
-            if not isinstance(value, str):
-                stats["missing_text"] += 1
-                continue
-            yield value
+def _jsonl_documents(lines, stats, text_key):
+    """The documents of JSONL given as its stripped lines."""
+    for text in lines:
+        if not text:
+            continue
+        stats["input_documents"] += 1
+        try:
+            record = json.loads(text)
+        except ValueError:
+            stats["bad_json_lines"] += 1
+            continue
+        value = record.get(text_key) if isinstance(record, dict) else None
+        if not isinstance(value, str):
+            stats["missing_text"] += 1
+            continue
+        yield value
+
+
+def _line_documents(lines, stats, fmt, options):
+    if fmt == "jsonl":
+        return _jsonl_documents(lines, stats, options["text_key"])
+    return _text_documents(lines, stats, options["one_document_per_line"], options["max_document_chars"])
+
+
+# --- Uncompressed JSONL and one-document-per-line text: byte ranges per worker ---------------------
+# Every line is a document there, so a range that ends at a line end starts with a fresh reader and
+# its documents come out exactly as one reader cuts them. (Text with blank lines between documents
+# stays with one reader: where its documents end is only known by reading from the start, since
+# long ones are cut by a running size.)
+RANGE_BYTES = 4 << 20
+
+
+def _line_ranges(path: str, fmt: str, options: dict):
+    """(path, start, end, fmt, options) ranges of about RANGE_BYTES, ending at line ends, that tile `path`."""
+    size = os.path.getsize(path)
+    start = 0
+    with open(path, "rb") as f:
+        while start < size:
+            f.seek(start + RANGE_BYTES)
+            end = f.tell() + len(f.readline()) if start + RANGE_BYTES < size else size
+            yield path, start, min(end, size), fmt, options
+            start = end
+
+
+def _format_range(item):
+    """The final lines of the documents in bytes [start, end) of an uncompressed JSONL or
+    one-document-per-line file, with the stage's counts and end - start."""
+    global _stream_decoder
+    path, start, end, fmt, options = item
+    with open(path, "rb") as f:
+        f.seek(start)
+        data = f.read(end - start)
+    if _stream_decoder is None:
+        _stream_decoder = Utf8Decoder()
+    invalid = _stream_decoder.invalid
+    counts = collections.Counter()
+    lines = (_stream_decoder.decode(line).strip() for line in io.BytesIO(data))
+    finals = []
+    for document in _line_documents(lines, counts, fmt, options):
+        line = _final_line(document)
+        if line is None:
+            counts["empty_documents"] += 1
+        else:
+            finals.append(line)
+    counts["invalid_utf8_sequences"] += _stream_decoder.invalid - invalid
+    return finals, dict(counts), end - start
+
+
+def _ranged_documents(path, stats, progress, n_processes, fmt, options):
+    """The final lines of an uncompressed JSONL or one-document-per-line file, ranges formatted by
+    `n_processes` workers and yielded in file order: the same lines one reader gives."""
+    results = bounded_imap(_format_range, _line_ranges(path, fmt, options), n_processes, chunk=1)
+    with contextlib.closing(results):
+        for lines, counts, size in results:
+            for key, value in counts.items():
+                stats[key] += value
+            if progress is not None:
+                progress.update(size)
+            yield from lines
 
 
 def iter_documents(
@@ -346,7 +413,9 @@ def iter_documents(
 
     A Wikipedia multistream dump (`X.xml.bz2` with its index `X-index.txt.bz2` beside it) is
     decompressed, parsed and cleaned by `n_processes` workers, whole streams each; any other
-    dump is read by one process (`log` says so once when more were asked for).
+    dump is read by one process (`log` says so once when more were asked for). Uncompressed
+    JSONL and one-document-per-line text go to the workers in byte ranges. The lines and counts
+    do not depend on `n_processes`.
     """
     log = log or (lambda message: print(message, file=sys.stderr, flush=True))
     fmt = corpus_format(path) if input_format == "auto" else input_format
@@ -355,20 +424,35 @@ def iter_documents(
         # The workers make the final lines too: the one process that writes them does no more.
         yield from _multistream_documents(path, index, stats, progress, n_processes)
         return
+    options = {
+        "text_key": text_key,
+        "one_document_per_line": one_document_per_line,
+        "max_document_chars": max_document_chars,
+    }
+    if fmt not in ("wikipedia", "jsonl", "text"):
+        raise UserError(f"Unknown --input_format {input_format!r}; choose from {', '.join(INPUT_FORMATS)}.")
+    compressed = any(path.lower().endswith(ext) for ext in _COMPRESSED)
+    each_line = fmt == "jsonl" or (fmt == "text" and one_document_per_line)
+    if each_line and n_processes > 1 and not compressed and os.path.getsize(path) > RANGE_BYTES:
+        yield from _ranged_documents(path, stats, progress, n_processes, fmt, options)
+        return
+    lines = None
     if fmt == "wikipedia":
         documents = _wiki_documents(path, stats, progress, n_processes, log)
-    elif fmt == "jsonl":
-        documents = _jsonl_documents(path, stats, progress, text_key)
-    elif fmt == "text":
-        documents = _text_documents(path, stats, progress, one_document_per_line, max_document_chars)
     else:
-        raise UserError(f"Unknown --input_format {input_format!r}; choose from {', '.join(INPUT_FORMATS)}.")
-    for document in documents:
-        line = _final_line(document)
-        if line is None:
-            stats["empty_documents"] += 1
-            continue
-        yield line
+        lines = _decoded_lines(path, stats, progress)
+        documents = _line_documents(lines, stats, fmt, options)
+    try:
+        for document in documents:
+            line = _final_line(document)
+            if line is None:
+                stats["empty_documents"] += 1
+                continue
+            yield line
+    finally:
+        documents.close()
+        if lines is not None:
+            lines.close()
 
 
 def _final_line(document: str) -> str | None:
