@@ -46,29 +46,41 @@ def _count_documents(input_files) -> int:
     return count
 
 
-def _iter_documents(input_files, decoder):
-    """Yields (input bytes, text) for every non-empty line of the formatted inputs."""
+def _iter_documents(input_files):
+    """Yields every non-empty line of the formatted inputs, as bytes."""
     for path in input_files:
         with open(path, "rb") as f:
             for line in f:
-                if line.isspace():
-                    continue
-                yield len(line), decoder.decode(line).strip()
+                if not line.isspace():
+                    yield line
+
+
+_decoder = None  # one per process: codecs keeps every registered error handler forever
 
 
 def segment_document(args):
-    """(key, text, max_chars) -> (key, shard text block, sentences, long sentences cut)."""
-    key, text, max_chars = args
+    """(key, document line as bytes, max_chars) -> (key, shard block as UTF-8 bytes, sentences,
+    long sentences cut, invalid UTF-8 sequences replaced).
+
+    The worker decodes and encodes: the one process that reads and writes in order then only
+    moves bytes (pickled bytes are copied, pickled text is re-encoded both ways).
+    """
+    global _decoder
+    key, raw, max_chars = args
+    if _decoder is None:
+        _decoder = Utf8Decoder()
+    invalid = _decoder.invalid
     sentences, cut = [], 0
-    for sentence in split_sentences(text):
+    for sentence in split_sentences(_decoder.decode(raw).strip()):
         pieces = split_long(sentence, max_chars)
         cut += len(pieces) > 1
         sentences.extend(pieces)
-    return key, "\n".join(sentences) + "\n\n", len(sentences), cut
+    block = ("\n".join(sentences) + "\n\n").encode("utf-8")
+    return key, block, len(sentences), cut, _decoder.invalid - invalid
 
 
 class _ShardWriters:
-    """Appends text to shard temp files through buffers bounded by `limit` bytes in total."""
+    """Appends bytes to shard temp files through buffers bounded by `limit` bytes in total."""
 
     def __init__(self, targets: dict, limit: int):
         self.targets = targets  # key -> tmp path
@@ -76,19 +88,19 @@ class _ShardWriters:
         self.buffered = 0
         self.limit = limit
         for path in targets.values():
-            open(path, "w").close()
+            open(path, "wb").close()
 
-    def write(self, key, text: str):
-        self.buffers[key].append(text)
-        self.buffered += len(text)
+    def write(self, key, block: bytes):
+        self.buffers[key].append(block)
+        self.buffered += len(block)
         if self.buffered >= self.limit:
             self.flush()
 
     def flush(self):
         for key, parts in self.buffers.items():
             if parts:
-                with open(self.targets[key], "a", encoding="utf-8", newline="\n") as f:
-                    f.write("".join(parts))
+                with open(self.targets[key], "ab") as f:
+                    f.writelines(parts)
                 parts.clear()
         self.buffered = 0
 
@@ -187,12 +199,13 @@ def shard_corpus(
         }
         for key in relpaths
     }
-    decoder = Utf8Decoder()
+    invalid_utf8 = 0
     total_bytes = sum(os.path.getsize(p) for p in input_files)
     progress = progress_factory("sharding", total_bytes) if progress_factory else None
 
     def assignments():
-        for index, (size, text) in enumerate(_iter_documents(input_files, decoder)):
+        for index, line in enumerate(_iter_documents(input_files)):
+            size = len(line)
             is_test = (index + 1) * n_test_docs // n_documents > index * n_test_docs // n_documents
             heap = heaps["test" if is_test else "training"]
             load, shard = heapq.heappop(heap)
@@ -203,12 +216,13 @@ def shard_corpus(
             if progress is not None:
                 progress.update(size)
             if key in todo:
-                yield key, text, max_sentence_chars
+                yield key, line, max_sentence_chars
 
     try:
-        for key, block, n_sentences, cut in bounded_imap(
+        for key, block, n_sentences, cut, invalid in bounded_imap(
             segment_document, assignments(), n_processes, chunk=256
         ):
+            invalid_utf8 += invalid
             stats = shard_stats[key]
             stats["sentences"] += n_sentences
             stats["one_sentence_documents"] += n_sentences == 1
@@ -240,7 +254,7 @@ def shard_corpus(
         "test_documents": n_test_docs,
         "training_shard_bytes_min": loads[0],
         "training_shard_bytes_max": loads[-1],
-        "invalid_utf8_sequences": decoder.invalid,
+        "invalid_utf8_sequences": invalid_utf8,  # in the documents this run wrote
         "seconds": round(time.monotonic() - start, 3),
     }
     return result
