@@ -464,7 +464,9 @@ def strip_templates_and_tables(text: str) -> str:
                 inner = text[body : m.start()]
                 rendered = _render_template(inner)
                 if rendered:
-                    out.append(strip_templates_and_tables(rendered))
+                    # Text without a brace holds no template or table: it is its own result.
+                    nested = "{" in rendered or "}" in rendered
+                    out.append(strip_templates_and_tables(rendered) if nested else rendered)
                 pos = m.end()
         else:  # "|}"
             if not any(kind == "table" for kind, _, _ in stack):
@@ -513,10 +515,13 @@ def replace_links(text: str) -> str:
 
 def _normalise_space(text: str) -> str:
     text = " ".join(text.split())
-    text = _EMPTY_PARENS.sub("", text)
-    text = _LEADING_PUNCT_IN_PARENS.sub("(", text)
-    text = _SPACE_BEFORE_PUNCT.sub(r"\1", text)
-    return " ".join(text.split())
+    tidy = text
+    if "(" in tidy:  # both patterns need one
+        tidy = _EMPTY_PARENS.sub("", tidy)
+        tidy = _LEADING_PUNCT_IN_PARENS.sub("(", tidy)
+    tidy = _SPACE_BEFORE_PUNCT.sub(r"\1", tidy)
+    # Joining the split is idempotent: only text the patterns changed needs it again.
+    return text if tidy == text else " ".join(tidy.split())
 
 
 def clean_wikitext(text: str) -> list[str]:
