@@ -155,7 +155,7 @@ def main(argv=None):
             for workers in (int(w) for w in args.workers.split(",")):
                 makers = {
                     "global order": lambda w=workers: global_order(
-                        files, batch, seq, predictions, w, 0, 7, args.window, count=lambda _: counts
+                        files, batch, seq, predictions, w, 0, 7, args.window, counts=counts
                     ),
                     "per-worker files": lambda w=workers: per_worker_files(
                         files, batch, seq, predictions, w, 0, 7
@@ -180,9 +180,7 @@ def main(argv=None):
             middle = sum(counts) // 2 + 17
             starts = {
                 "0": first_batch_seconds(
-                    lambda: global_order(
-                        files, batch, seq, predictions, 1, 0, 7, args.window, count=lambda _: counts
-                    )
+                    lambda: global_order(files, batch, seq, predictions, 1, 0, 7, args.window, counts=counts)
                 ),
                 f"{middle} (mid-epoch)": first_batch_seconds(
                     lambda: global_order(
@@ -195,7 +193,7 @@ def main(argv=None):
                         7,
                         args.window,
                         start=middle,
-                        count=None if counts is None else (lambda _: counts),
+                        counts=counts,
                     )
                 ),
             }
