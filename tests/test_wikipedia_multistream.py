@@ -109,6 +109,20 @@ def test_a_corrupt_stream_in_the_middle_is_named_and_a_short_file_is_called_trun
     )
 
 
+def test_an_index_of_another_dump_is_named(dump, tmp_path):
+    path, _ = dump
+    other = dump_generator.generate_dump(str(tmp_path / "other.xml.bz2"), 200_000, seed=8, pages_per_stream=3)
+    shutil.copy(path, tmp_path / "d.xml.bz2")
+    shutil.copy(other["index_path"], tmp_path / "d-index.txt.bz2")
+    first = _offsets(other)[1]  # the header streams are the same
+    with pytest.raises(UserError) as error:
+        list(iter_documents(str(tmp_path / "d.xml.bz2"), collections.Counter(), n_processes=2))
+    assert str(error.value).startswith(
+        f"No bz2 stream starts at byte {first:,} of {tmp_path / 'd.xml.bz2'}, where its index "
+        f"{tmp_path / 'd-index.txt.bz2'} says one does: the index belongs to another dump;"
+    )
+
+
 def test_a_malformed_index_is_named(dump, tmp_path):
     path, _ = dump
     shutil.copy(path, tmp_path / "d.xml.bz2")

@@ -29,6 +29,7 @@ from __future__ import annotations
 import bz2
 import hashlib
 import itertools
+import os
 import random
 from xml.sax.saxutils import escape, quoteattr
 
@@ -400,6 +401,8 @@ def generate_dump(
     if pages_per_stream <= 0:
         raise ValueError(f"pages_per_stream must be positive, got {pages_per_stream}")
     index_path = index_path or multistream_index_path(path)
+    for directory in {os.path.dirname(os.path.abspath(p)) for p in (path, index_path)}:
+        os.makedirs(directory, exist_ok=True)
     writer = _PageWriter(seed)
     stats = dict.fromkeys(("pages", "article", "redirect", "disambiguation", "other_namespace"), 0)
     offset = written = streams = 0

@@ -228,7 +228,16 @@ def _format_stream(item):
     path, start, end = item
     with open(path, "rb") as f:
         f.seek(start)
-        data = f.read(end - start)
+        data = f.read(end - start + 4)  # and the header of the next stream
+    data, following = data[: end - start], data[end - start :]
+    for offset, head in ((start, data[:4]), (end, following)):
+        # An index of another dump (a "latest" fetched on another day) names offsets inside streams.
+        if 0 < offset < os.path.getsize(path) and not (head[:3] == b"BZh" and head[3:4].isdigit()):
+            raise UserError(
+                f"No bz2 stream starts at byte {offset:,} of {path}, where its index "
+                f"{wikipedia.multistream_index_path(path)} says one does: the index belongs to another "
+                f"dump; download the dump and its index together again."
+            )
     where = f"the bz2 stream at byte {start:,} of {path}"
     try:
         xml = bz2.decompress(data)
