@@ -72,3 +72,41 @@ def test_ranges_over_two_processes_give_what_one_reader_gives(tmp_path, monkeypa
     if kind == "jsonl":
         assert serial_stats["bad_json_lines"] > 0 and serial_stats["missing_text"] > 0
         assert serial_stats["empty_documents"] > 0 and serial_stats["invalid_utf8_sequences"] > 0
+
+
+def _paragraphs(path, seed=3):
+    """Text with blank lines between documents (some blank lines only NBSP or spaces), documents
+    long enough to be cut, invalid UTF-8, and near the end a long stretch without a blank line."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(400):
+        for _ in range(rng.randint(1, 8)):
+            out.append(
+                " ".join(
+                    rng.choice(["word", "text", "caf\u00e9", "...", "x"]) for _ in range(rng.randint(1, 12))
+                )
+            )
+        out.append(rng.choice(["", "   ", "\u00a0", "\t"]))
+    out.insert(57, "bad \udcff byte")
+    out += [f"line {i} of a document that never ends" for i in range(300)]  # ~12 KB, no blank line
+    out += ["", "the last document"]
+    path.write_bytes("\n".join(out).encode("utf-8", "surrogateescape") + b"\n")
+    return str(path)
+
+
+def test_text_with_blank_lines_cut_after_blank_lines_and_the_rest_read_by_one_reader(tmp_path, monkeypatch):
+    path = _paragraphs(tmp_path / "corpus.txt")
+    serial_stats = collections.Counter()
+    serial = list(iter_documents(path, serial_stats, n_processes=1, max_document_chars=120))
+    assert serial_stats["split_long_documents"] > 10 and serial_stats["invalid_utf8_sequences"] == 1
+    monkeypatch.setattr(text_formatting, "RANGE_BYTES", 1500)
+    monkeypatch.setattr(text_formatting, "SEARCH_BYTES", 3000)
+    ranges = list(text_formatting._line_ranges(path, "text", {"one_document_per_line": False}))
+    data = open(path, "rb").read()
+    assert len(ranges) > 5 and ranges[-1][2] is None  # the stretch without a blank line: one reader
+    for _, start, end, _, _ in ranges[:-1]:
+        assert not data[data.rfind(b"\n", 0, end - 1) + 1 : end].decode().strip()  # a blank line ends it
+    parallel_stats = collections.Counter()
+    parallel = list(iter_documents(path, parallel_stats, n_processes=2, max_document_chars=120))
+    assert parallel == serial
+    assert {k: v for k, v in parallel_stats.items() if v} == {k: v for k, v in serial_stats.items() if v}

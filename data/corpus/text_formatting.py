@@ -12,8 +12,9 @@ Inputs, optionally compressed (.bz2, .gz, .xz):
   document joined by spaces; with `one_document_per_line` each non-empty line is a document;
 - JSONL (`*.jsonl`, `*.json`, `*.ndjson`): one JSON object per line, the document in `text_key`.
 
-An uncompressed JSONL or one-document-per-line file is cut into byte ranges at line ends that
-`n_processes` workers format; other text and compressed files are read by one process.
+An uncompressed text or JSONL file is cut into byte ranges where one reader would start afresh
+(line ends; blank lines between documents) that `n_processes` workers format; compressed text and
+JSONL are read by one process.
 
 Output: UTF-8, one document per line, whitespace collapsed, in input order. Invalid UTF-8 is
 replaced by U+FFFD and counted; empty documents, unparsable JSON lines and non-article wiki pages
@@ -349,58 +350,103 @@ def _line_documents(lines, stats, fmt, options):
     return _text_documents(lines, stats, options["one_document_per_line"], options["max_document_chars"])
 
 
-# --- Uncompressed JSONL and one-document-per-line text: byte ranges per worker ---------------------
-# Every line is a document there, so a range that ends at a line end starts with a fresh reader and
-# its documents come out exactly as one reader cuts them. (Text with blank lines between documents
-# stays with one reader: where its documents end is only known by reading from the start, since
-# long ones are cut by a running size.)
+# --- Uncompressed text and JSONL: byte ranges per worker -----------------------------------------
+# A range ends where one reader would start afresh: at any line end in JSONL and in
+# one-document-per-line text; after a blank line in text whose documents are separated by blank
+# lines (a long document is cut by its running size, which only a blank line resets). When no blank
+# line comes within SEARCH_BYTES after a range's target end, the writing process reads the rest of
+# the file itself, as one reader: a range never grows without bound.
 RANGE_BYTES = 4 << 20
+SEARCH_BYTES = 16 << 20
 
 
 def _line_ranges(path: str, fmt: str, options: dict):
-    """(path, start, end, fmt, options) ranges of about RANGE_BYTES, ending at line ends, that tile `path`."""
+    """(path, start, end, fmt, options) ranges of about RANGE_BYTES that tile `path`; an end of
+    None is the rest of the file, for the writing process to read."""
     size = os.path.getsize(path)
+    each_line = fmt == "jsonl" or options["one_document_per_line"]
     start = 0
     with open(path, "rb") as f:
         while start < size:
+            if start + RANGE_BYTES >= size:
+                yield path, start, size, fmt, options
+                return
             f.seek(start + RANGE_BYTES)
-            end = f.tell() + len(f.readline()) if start + RANGE_BYTES < size else size
-            yield path, start, min(end, size), fmt, options
+            f.readline()  # the rest of the line the target falls in
+            while not each_line:
+                line = f.readline()
+                if not line or not line.decode("utf-8", "replace").strip():
+                    break
+                if f.tell() - start > RANGE_BYTES + SEARCH_BYTES:
+                    yield path, start, None, fmt, options
+                    return
+            end = f.tell()
+            yield path, start, end, fmt, options
             start = end
 
 
-def _format_range(item):
-    """The final lines of the documents in bytes [start, end) of an uncompressed JSONL or
-    one-document-per-line file, with the stage's counts and end - start."""
-    global _stream_decoder
-    path, start, end, fmt, options = item
-    with open(path, "rb") as f:
-        f.seek(start)
-        data = f.read(end - start)
-    if _stream_decoder is None:
-        _stream_decoder = Utf8Decoder()
-    invalid = _stream_decoder.invalid
-    counts = collections.Counter()
-    lines = (_stream_decoder.decode(line).strip() for line in io.BytesIO(data))
-    finals = []
-    for document in _line_documents(lines, counts, fmt, options):
+def _range_lines(f, size_limit, decoder):
+    """Stripped, decoded lines of the binary file `f` from where it stands, `size_limit` bytes
+    (None: to the end)."""
+    left = size_limit
+    while left is None or left > 0:
+        line = f.readline()
+        if not line:
+            return
+        if left is not None:
+            left -= len(line)
+        yield decoder.decode(line).strip()
+
+
+def _range_documents(f, size_limit, decoder, counts, fmt, options):
+    """The final lines of the documents read from `f` as _range_lines gives them; empty ones counted."""
+    for document in _line_documents(_range_lines(f, size_limit, decoder), counts, fmt, options):
         line = _final_line(document)
         if line is None:
             counts["empty_documents"] += 1
         else:
-            finals.append(line)
+            yield line
+
+
+def _format_range(item):
+    """The final lines of the documents in bytes [start, end) of an uncompressed text or JSONL
+    file, with the stage's counts and end - start; None for a range left to the writing process."""
+    global _stream_decoder
+    path, start, end, fmt, options = item
+    if end is None:
+        return None
+    if _stream_decoder is None:
+        _stream_decoder = Utf8Decoder()
+    invalid = _stream_decoder.invalid
+    counts = collections.Counter()
+    with open(path, "rb") as f:
+        f.seek(start)
+        finals = list(_range_documents(f, end - start, _stream_decoder, counts, fmt, options))
     counts["invalid_utf8_sequences"] += _stream_decoder.invalid - invalid
     return finals, dict(counts), end - start
 
 
 def _ranged_documents(path, stats, progress, n_processes, fmt, options):
-    """The final lines of an uncompressed JSONL or one-document-per-line file, ranges formatted by
-    `n_processes` workers and yielded in file order: the same lines one reader gives."""
-    results = bounded_imap(_format_range, _line_ranges(path, fmt, options), n_processes, chunk=1)
+    """The final lines of an uncompressed text or JSONL file, ranges formatted by `n_processes`
+    workers and yielded in file order: the same lines one reader gives."""
+    ranges = _line_ranges(path, fmt, options)
+    done = 0
+    results = bounded_imap(_format_range, ranges, n_processes, chunk=1)
     with contextlib.closing(results):
-        for lines, counts, size in results:
+        for result in results:
+            if result is None:  # no blank line for too long: the rest, read here as one reader
+                decoder = Utf8Decoder()
+                with open(path, "rb") as f:
+                    f.seek(done)
+                    yield from _range_documents(f, None, decoder, stats, fmt, options)
+                stats["invalid_utf8_sequences"] += decoder.invalid
+                if progress is not None:
+                    progress.update(os.path.getsize(path) - done)
+                return
+            lines, counts, size = result
             for key, value in counts.items():
                 stats[key] += value
+            done += size
             if progress is not None:
                 progress.update(size)
             yield from lines
@@ -423,7 +469,7 @@ def iter_documents(
     A Wikipedia multistream dump (`X.xml.bz2` with its index `X-index.txt.bz2` beside it) is
     decompressed, parsed and cleaned by `n_processes` workers, whole streams each; any other
     dump is read by one process (`log` says so once when more were asked for). Uncompressed
-    JSONL and one-document-per-line text go to the workers in byte ranges. The lines and counts
+    text and JSONL go to the workers in byte ranges. The lines and counts
     do not depend on `n_processes`.
     """
     log = log or (lambda message: print(message, file=sys.stderr, flush=True))
@@ -441,8 +487,7 @@ def iter_documents(
     if fmt not in ("wikipedia", "jsonl", "text"):
         raise UserError(f"Unknown --input_format {input_format!r}; choose from {', '.join(INPUT_FORMATS)}.")
     compressed = any(path.lower().endswith(ext) for ext in _COMPRESSED)
-    each_line = fmt == "jsonl" or (fmt == "text" and one_document_per_line)
-    if each_line and n_processes > 1 and not compressed and os.path.getsize(path) > RANGE_BYTES:
+    if fmt != "wikipedia" and n_processes > 1 and not compressed and os.path.getsize(path) > RANGE_BYTES:
         yield from _ranged_documents(path, stats, progress, n_processes, fmt, options)
         return
     lines = None
