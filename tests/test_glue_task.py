@@ -84,7 +84,7 @@ def test_stsb_regression_end_to_end_matches_scipy(model_files, tmp_path):
         task_name="STS-B",
         data_dir=data,
         num_train_epochs=4,
-        learning_rate=1e-2,
+        learning_rate=1e-3,  # 1e-2 can push every prediction past 5 (clipped: all equal)
     )
     _ok(run_classifier.main, argv)
 
