@@ -341,7 +341,9 @@ def test_a_killed_workers_trial_is_failed_by_heartbeat_and_rerun_by_the_others(t
 def test_all_workers_killed_then_restarted_resume_the_study(task, postgres, tmp_path):
     name = "all_killed"
     machines = [tmp_path / m for m in ("a", "b")]
-    argvs = [_short_trials(task, m, postgres, name, n_trials=4) for m in machines]
+    # 6 trials of about 7 s each on an idle machine: with 4, both workers could finish before the
+    # poll below caught both inside a trial with a step logged.
+    argvs = [_short_trials(task, m, postgres, name, n_trials=6) for m in machines]
     logs = [tmp_path / f"{m.name}.log" for m in machines]
     workers = [start_worker(argv, log) for argv, log in zip(argvs, logs)]
     # Kill both once one trial is complete and each worker is inside another one.
@@ -376,9 +378,9 @@ def test_all_workers_killed_then_restarted_resume_the_study(task, postgres, tmp_
 
     study = _study(postgres, name)
     # A restarted worker may start a new trial before the killed ones are found stale; a copy of
-    # one queued after the study had its 4 trials then waits, unrun (_real leaves it out).
+    # one queued after the study had its 6 trials then waits, unrun (_real leaves it out).
     ran = _real(study.trials)
-    assert [t.state.name for t in ran].count("COMPLETE") == 4 and len(ran) == 6, [
+    assert [t.state.name for t in ran].count("COMPLETE") == 6 and len(ran) == 8, [
         (t.number, t.state.name) for t in study.trials
     ]
     for number, trial in before.items():  # finished work kept, not run again

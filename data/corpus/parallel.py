@@ -80,7 +80,7 @@ def bounded_imap(
 @contextlib.contextmanager
 def _relayed(amounts, progress):
     """Moves what the workers put on `amounts` to `progress`, from a thread of this process, until
-    the block ends and the queue is empty."""
+    the block ends and the queue is empty (when the block raises: for at most a second)."""
     if amounts is None:
         yield
         return
@@ -97,9 +97,15 @@ def _relayed(amounts, progress):
     thread.start()
     try:
         yield
-    finally:
+    except BaseException:
+        # The pool was terminated: a worker killed while its queue's feeder was writing can
+        # leave half a report in the pipe, whose read would block for ever. The reports do not
+        # matter any more; the daemon thread is left behind after a short wait.
         stop.set()
-        thread.join()
+        thread.join(timeout=1.0)
+        raise
+    stop.set()
+    thread.join()  # the workers exited on their own: every report is whole
 
 
 def _init_worker(amounts, initializer, initargs):
