@@ -1,14 +1,16 @@
 """Sentence segmentation and streaming, balanced, restartable sharding."""
 
+import hashlib
 import json
 import os
+import signal
 import tracemalloc
 
 import pytest
 
 from common.errors import UserError
 from data.corpus.segmentation import split_long, split_sentences
-from data.corpus.sharding import shard_corpus
+from data.corpus.sharding import _Workers, shard_corpus
 
 
 def _quiet(*_):
@@ -120,17 +122,71 @@ def test_documents_are_never_split_and_the_test_set_is_exact(tmp_path):
     assert text.split("\n")[:2] == ["Document 0 sentence 0 talks about topic 0.", ""]
 
 
-def test_parallel_segmentation_writes_the_same_bytes(tmp_path):
+def _shard_bytes(out):
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*.txt"))}
+
+
+def test_parallel_segmentation_writes_the_same_bytes_and_counts(tmp_path):
+    # Two input files with invalid UTF-8 in one: the workers read documents from both by offset.
+    first, _ = _corpus(tmp_path, n_docs=25)
+    second, _ = _corpus(tmp_path, n_docs=15, name="second.txt", seed=3)
+    with open(second, "ab") as f:
+        f.write(b"A broken \xff byte here. And a second sentence.\n")
+    runs = {}
+    for n in (1, 2, 3):
+        os.makedirs(tmp_path / f"p{n}")
+        stats = _shard(tmp_path / f"p{n}", [first, second], n_processes=n)
+        out = tmp_path / f"p{n}" / "sharded"
+        manifest = json.loads((out / "manifest.json").read_text())
+        runs[n] = (_shard_bytes(out), manifest["outputs"], {k: v for k, v in stats.items() if k != "seconds"})
+    assert len(runs[1][0]) == 6 and runs[1][2]["invalid_utf8_sequences"] == 1
+    assert runs[2] == runs[1] and runs[3] == runs[1]
+    # The manifest's hashes (taken while writing) are those of the files.
+    for rel, entry in runs[2][1].items():
+        assert entry["sha256"] == hashlib.sha256(runs[2][0][rel]).hexdigest()
+
+
+def test_shards_redone_by_several_workers_equal_the_first_run(tmp_path):
     path, _ = _corpus(tmp_path)
     _shard(tmp_path, [path])
-    one = {
-        p: open(os.path.join(tmp_path / "sharded", p), "rb").read()
-        for p in ("training/ds_training_0.txt", "test/ds_test_1.txt")
-    }
-    os.makedirs(tmp_path / "p")
-    _shard(tmp_path / "p", [path], n_processes=2)
-    for rel, data in one.items():
-        assert open(os.path.join(tmp_path / "p" / "sharded", rel), "rb").read() == data
+    out = tmp_path / "sharded"
+    original = _shard_bytes(out)
+    (out / "training" / "ds_training_1.txt").unlink()
+    (out / "test" / "ds_test_0.txt").write_text("corrupt")
+    (out / "training" / "ds_training_3.txt").write_text("corrupt")
+    stats = _shard(tmp_path, [path], n_processes=2)
+    assert stats["redone"] == 3 and _shard_bytes(out) == original
+
+
+def test_a_failing_or_dying_worker_is_named_and_nothing_is_published(tmp_path):
+    path, _ = _corpus(tmp_path)
+    keys = [("training", 0), ("training", 1)]
+    # A worker that cannot write its shard says why.
+    workers = _Workers(2, [path], {k: str(tmp_path / "missing" / f"{k[1]}.tmp") for k in keys}, 100, 1000)
+    try:
+        with pytest.raises(RuntimeError, match=r"sharding worker failed: FileNotFoundError.*missing"):
+            workers.finish()
+    finally:
+        workers.stop()
+    # A document past the end of its file: the input changed under the stage.
+    workers = _Workers(2, [path], {k: str(tmp_path / f"{k[1]}.tmp") for k in keys}, 100, 1000)
+    try:
+        workers.add(keys[0], 0, os.path.getsize(path) - 3, b"x" * 10)
+        with pytest.raises(UserError, match=r"formatted.txt changed while it was being sharded"):
+            workers.finish()
+    finally:
+        workers.stop()
+    # A worker killed: the others are not waited for in vain.
+    workers = _Workers(2, [path], {k: str(tmp_path / f"k{k[1]}.tmp") for k in keys}, 100, 1000)
+    try:
+        os.kill(workers.processes[1].pid, signal.SIGKILL)
+        workers.processes[1].join()
+        with pytest.raises(RuntimeError, match=r"Sharding worker 1 died \(exit code -9\)"):
+            for _ in range(50):
+                workers.add(keys[1], 0, 0, b"x")
+            workers.finish()
+    finally:
+        workers.stop()
 
 
 def test_corrupt_or_missing_shard_is_redone_alone(tmp_path):

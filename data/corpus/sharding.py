@@ -14,19 +14,27 @@ Streaming, in two passes over the formatted input, with memory independent of co
 The assignment depends only on the input, so a re-run that finds some shards verified
 (manifest) recomputes it and segments and writes only the documents of the missing or
 corrupt shards.
+
+With n processes, the reading process only assigns: each worker owns a fixed set of shards,
+gets (shard, file, offset, length) of their documents in order, reads them itself, segments
+them and writes its own shards. No document crosses a pipe, and each shard still receives its
+documents in corpus order, so the bytes do not depend on the process count.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import heapq
+import multiprocessing
 import os
+import queue
 import sys
 import time
 
 from common.errors import UserError
 from common.files import commit, ensure_writable_dir, remove_stale_temporaries, temporary_name
 from data import paths
-from data.corpus.parallel import bounded_imap
 from data.corpus.segmentation import split_long, split_sentences
 from data.corpus.text_formatting import Utf8Decoder
 from data.manifest import Manifest, input_identity
@@ -46,45 +54,35 @@ def _count_documents(input_files) -> int:
     return count
 
 
-def _iter_documents(input_files):
-    """Yields every non-empty line of the formatted inputs, as bytes."""
-    for path in input_files:
+def _documents(input_files):
+    """(file index, byte offset, line) of every non-empty line of the formatted inputs."""
+    for file_index, path in enumerate(input_files):
         with open(path, "rb") as f:
+            offset = 0
             for line in f:
                 if not line.isspace():
-                    yield line
+                    yield file_index, offset, line
+                offset += len(line)
 
 
 _decoder = None  # one per process: codecs keeps every registered error handler forever
 
 
-def segment_document(args):
-    """(key, document line as bytes, max_chars) -> (key, shard block as UTF-8 bytes, sentences,
-    long sentences cut, invalid UTF-8 sequences replaced).
-
-    The worker decodes and encodes: the one process that reads and writes in order then only
-    moves bytes (pickled bytes are copied, pickled text is re-encoded both ways).
-    """
+def _process_decoder() -> Utf8Decoder:
     global _decoder
-    key, raw, max_chars = args
     if _decoder is None:
         _decoder = Utf8Decoder()
-    invalid = _decoder.invalid
-    sentences, cut = [], 0
-    for sentence in split_sentences(_decoder.decode(raw).strip()):
-        pieces = split_long(sentence, max_chars)
-        cut += len(pieces) > 1
-        sentences.extend(pieces)
-    block = ("\n".join(sentences) + "\n\n").encode("utf-8")
-    return key, block, len(sentences), cut, _decoder.invalid - invalid
+    return _decoder
 
 
 class _ShardWriters:
-    """Appends bytes to shard temp files through buffers bounded by `limit` bytes in total."""
+    """Appends bytes to shard temp files through buffers bounded by `limit` bytes in total,
+    hashing what it writes (the manifest's sha256 without reading the shards back)."""
 
     def __init__(self, targets: dict, limit: int):
         self.targets = targets  # key -> tmp path
         self.buffers = {key: [] for key in targets}
+        self.hashes = {key: hashlib.sha256() for key in targets}
         self.buffered = 0
         self.limit = limit
         for path in targets.values():
@@ -101,8 +99,169 @@ class _ShardWriters:
             if parts:
                 with open(self.targets[key], "ab") as f:
                     f.writelines(parts)
+                digest = self.hashes[key]
+                for part in parts:
+                    digest.update(part)
                 parts.clear()
         self.buffered = 0
+
+    def finish(self) -> dict:
+        """Writes what is buffered and syncs every file to disk; returns key -> sha256."""
+        self.flush()
+        for path in self.targets.values():
+            with open(path, "rb+") as f:
+                os.fsync(f.fileno())
+        return {key: digest.hexdigest() for key, digest in self.hashes.items()}
+
+
+class _Segmenter:
+    """Splits documents into sentences and appends them to their shards' temporary files, in the
+    order they come: the stage's work after the assignment, in whichever process owns the shards.
+
+    The decoding and encoding happen here too, so the process that assigns only moves offsets.
+    """
+
+    def __init__(self, targets: dict, max_chars: int, buffer_bytes: int):
+        self.writers = _ShardWriters(targets, buffer_bytes)
+        self.max_chars = max_chars
+        self.decoder = _process_decoder()
+        self.invalid_at_start = self.decoder.invalid
+        self.stats = {key: dict.fromkeys(_SEGMENT_STATS, 0) for key in targets}
+
+    def add(self, key, file_index, offset, line: bytes):
+        """One document, in the reading process (the line at `offset` of file `file_index`)."""
+        self.segment(key, line)
+
+    def segment(self, key, raw: bytes):
+        sentences, cut = [], 0
+        for sentence in split_sentences(self.decoder.decode(raw).strip()):
+            pieces = split_long(sentence, self.max_chars)
+            cut += len(pieces) > 1
+            sentences.extend(pieces)
+        stats = self.stats[key]
+        stats["sentences"] += len(sentences)
+        stats["one_sentence_documents"] += len(sentences) == 1
+        stats["long_sentences_split"] += cut
+        self.writers.write(key, ("\n".join(sentences) + "\n\n").encode("utf-8"))
+
+    def finish(self) -> list:
+        """Writes what is buffered and syncs it; returns [(shard -> counts, invalid UTF-8 sequences
+        replaced, shard -> sha256)]."""
+        digests = self.writers.finish()
+        return [(self.stats, self.decoder.invalid - self.invalid_at_start, digests)]
+
+
+_SEGMENT_STATS = ("sentences", "one_sentence_documents", "long_sentences_split")
+# Documents per message to a worker: a message is a list of small tuples, a few KB.
+_BATCH = 512
+
+
+def _segment_worker(input_files, targets, max_chars, buffer_bytes, tasks, results):
+    """A worker process: segments the documents `tasks` names (lists of (shard, file index,
+    offset, length), then None) into its own shards `targets`; puts ("done", stats, invalid,
+    digests) or ("error", user error?, message) on `results`."""
+    try:
+        segmenter = _Segmenter(targets, max_chars, buffer_bytes)
+        with contextlib.ExitStack() as stack:
+            files = [stack.enter_context(open(path, "rb")) for path in input_files]
+            while (batch := tasks.get()) is not None:
+                for key, file_index, offset, length in batch:
+                    raw = os.pread(files[file_index].fileno(), length, offset)
+                    if len(raw) != length:
+                        raise UserError(
+                            f"{input_files[file_index]} changed while it was being sharded; run again."
+                        )
+                    segmenter.segment(key, raw)
+        results.put(("done", *segmenter.finish()[0]))
+    except UserError as e:
+        results.put(("error", True, str(e)))
+    except BaseException as e:  # noqa: BLE001  (the parent raises it with the worker's words)
+        results.put(("error", False, f"{type(e).__name__}: {e}"))
+
+
+class _Workers:
+    """`n` worker processes, each owning every n-th shard to redo; documents go to their shard's
+    owner in order through a bounded queue, so memory does not follow the corpus."""
+
+    def __init__(self, n, input_files, targets, max_chars, buffer_bytes):
+        ctx = multiprocessing.get_context("spawn")
+        self.owner = {key: i % n for i, key in enumerate(sorted(targets))}
+        self.tasks = [ctx.Queue(maxsize=8) for _ in range(n)]
+        self.results = ctx.Queue()
+        self.batches = [[] for _ in range(n)]
+        self.processes = []
+        for w in range(n):
+            own = {key: path for key, path in targets.items() if self.owner[key] == w}
+            process = ctx.Process(
+                target=_segment_worker,
+                args=(input_files, own, max_chars, buffer_bytes, self.tasks[w], self.results),
+                daemon=True,
+            )
+            process.start()
+            self.processes.append(process)
+        self.done = []
+
+    def add(self, key, file_index, offset, line: bytes):
+        """One document: its owner reads it from the file itself."""
+        w = self.owner[key]
+        self.batches[w].append((key, file_index, offset, len(line)))
+        if len(self.batches[w]) >= _BATCH:
+            self._send(w, self.batches[w])
+            self.batches[w] = []
+
+    def _send(self, w, message):
+        while True:
+            try:
+                self.tasks[w].put(message, timeout=0.5)
+                return
+            except queue.Full:
+                self._check()
+
+    def _take(self, result):
+        if result[0] == "error":
+            _, user_error, message = result
+            raise UserError(message) if user_error else RuntimeError(f"A sharding worker failed: {message}")
+        self.done.append(result)
+
+    def _check(self):
+        """Raises the error a worker reported, or names a worker that died without one."""
+        while True:
+            try:
+                self._take(self.results.get_nowait())
+            except queue.Empty:
+                break
+        for w, process in enumerate(self.processes):
+            if process.exitcode not in (None, 0):
+                raise RuntimeError(
+                    f"Sharding worker {w} died (exit code {process.exitcode}) before it finished its "
+                    f"shards; nothing was published: run the stage again."
+                )
+
+    def finish(self) -> list:
+        """Sends what is left and the end; returns each worker's (stats, invalid, digests)."""
+        for w, batch in enumerate(self.batches):
+            if batch:
+                self._send(w, batch)
+            self._send(w, None)
+        while len(self.done) < len(self.processes):
+            try:
+                self._take(self.results.get(timeout=0.5))
+            except queue.Empty:
+                self._check()
+        for process in self.processes:
+            process.join()
+        return [result[1:] for result in self.done]
+
+    def stop(self):
+        """Ends the workers after an error; what is still queued for them is dropped (a feeder
+        thread writing to a dead worker's full pipe would otherwise hold this process at exit)."""
+        for process in self.processes:
+            if process.is_alive():
+                process.terminate()
+        for process in self.processes:
+            process.join()
+        for tasks in self.tasks:
+            tasks.cancel_join_thread()
 
 
 def shard_corpus(
@@ -182,29 +341,23 @@ def shard_corpus(
         os.makedirs(os.path.join(output_dir, split), exist_ok=True)
     for split in paths.SPLITS:
         remove_stale_temporaries(os.path.join(output_dir, split))
-    writers = _ShardWriters(
-        {key: temporary_name(os.path.join(output_dir, relpaths[key])) for key in todo}, buffer_bytes
-    )
+    targets = {key: temporary_name(os.path.join(output_dir, relpaths[key])) for key in todo}
     heaps = {
         "training": [(0, i) for i in range(n_training_shards)],
         "test": [(0, i) for i in range(n_test_shards)],
     }
-    shard_stats = {
-        key: {
-            "documents": 0,
-            "sentences": 0,
-            "one_sentence_documents": 0,
-            "long_sentences_split": 0,
-            "input_bytes": 0,
-        }
-        for key in relpaths
-    }
+    shard_stats = {key: dict.fromkeys(("documents", *_SEGMENT_STATS, "input_bytes"), 0) for key in relpaths}
     invalid_utf8 = 0
     total_bytes = sum(os.path.getsize(p) for p in input_files)
     progress = progress_factory("sharding", total_bytes) if progress_factory else None
-
-    def assignments():
-        for index, line in enumerate(_iter_documents(input_files)):
+    n_workers = min(n_processes, len(todo))
+    owners = None
+    try:
+        if n_workers > 1:
+            owners = _Workers(n_workers, input_files, targets, max_sentence_chars, buffer_bytes)
+        else:
+            owners = _Segmenter(targets, max_sentence_chars, buffer_bytes)
+        for index, (file_index, offset, line) in enumerate(_documents(input_files)):
             size = len(line)
             is_test = (index + 1) * n_test_docs // n_documents > index * n_test_docs // n_documents
             heap = heaps["test" if is_test else "training"]
@@ -216,21 +369,17 @@ def shard_corpus(
             if progress is not None:
                 progress.update(size)
             if key in todo:
-                yield key, line, max_sentence_chars
-
-    try:
-        for key, block, n_sentences, cut, invalid in bounded_imap(
-            segment_document, assignments(), n_processes, chunk=256
-        ):
+                owners.add(key, file_index, offset, line)
+        digests = {}
+        for stats, invalid, shard_digests in owners.finish():
             invalid_utf8 += invalid
-            stats = shard_stats[key]
-            stats["sentences"] += n_sentences
-            stats["one_sentence_documents"] += n_sentences == 1
-            stats["long_sentences_split"] += cut
-            writers.write(key, block)
-        writers.flush()
+            digests.update(shard_digests)
+            for key, counts in stats.items():
+                shard_stats[key].update(counts)
     except BaseException:
-        for path in writers.targets.values():
+        if isinstance(owners, _Workers):
+            owners.stop()
+        for path in targets.values():
             if os.path.exists(path):
                 os.remove(path)
         raise
@@ -239,8 +388,8 @@ def shard_corpus(
 
     for key in sorted(todo):
         final = os.path.join(output_dir, relpaths[key])
-        commit(writers.targets[key], final)
-        manifest.record(relpaths[key], shard_stats[key], save=False)
+        commit(targets[key], final)
+        manifest.record(relpaths[key], shard_stats[key], sha256=digests[key], save=False)
     manifest.save()
     manifest.mark_complete()
 
