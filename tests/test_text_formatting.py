@@ -220,10 +220,10 @@ def test_a_killed_run_leaves_only_a_tmp_file(tmp_path, monkeypatch):
     out = tmp_path / "f" / "c.txt"
 
     def explode(*args, **kwargs):
-        yield "one document"
+        yield b"one document\n", 1
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(text_formatting, "iter_documents", explode)
+    monkeypatch.setattr(text_formatting, "document_blocks", explode)
     with pytest.raises(KeyboardInterrupt):
         format_corpus([JSONL], str(out), log=_quiet)
     assert sorted(p.name for p in (tmp_path / "f").iterdir()) == []

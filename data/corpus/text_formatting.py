@@ -222,8 +222,9 @@ _stream_decoder = None  # one per process: codecs keeps every registered error h
 def _format_stream(item):
     """Decompresses, parses and cleans the streams in bytes [start, end) of a multistream dump.
 
-    Returns (the articles' final lines in page order, counts of the stage's page statistics,
-    end - start).
+    Returns (the articles' final lines in page order as UTF-8, each ending in a newline; their
+    number; counts of the stage's page statistics; end - start). The worker encodes: the one
+    process that writes in order then only moves bytes.
     """
     global _stream_decoder
     path, start, end = item
@@ -264,20 +265,23 @@ def _format_stream(item):
                 counts[kind] = counts.get(kind, 0) + 1
     except ET.ParseError as e:
         raise UserError(f"{where} is not well-formed MediaWiki XML ({e}); re-download the dump.") from None
-    return articles, counts, end - start
+    block = "".join(line + "\n" for line in articles).encode("utf-8")
+    return block, len(articles), counts, end - start
 
 
-def _multistream_documents(path, index, stats, progress, n_processes):
-    """The articles of a multistream dump, streams decompressed, parsed and cleaned by
-    `n_processes` workers, yielded in stream order: the output does not depend on the count."""
+def _multistream_blocks(path, index, stats, progress, n_processes):
+    """The articles of a multistream dump as (block, documents), streams decompressed, parsed,
+    cleaned and encoded by `n_processes` workers, yielded in stream order: the output does not
+    depend on the count."""
     results = bounded_imap(_format_stream, _stream_ranges(path, index), n_processes, chunk=STREAMS_PER_TASK)
     with contextlib.closing(results):
-        for articles, counts, compressed in results:
+        for block, documents, counts, compressed in results:
             for key, value in counts.items():
                 stats[key] += value
             if progress is not None:
                 progress.update(compressed)
-            yield from articles
+            if documents:
+                yield block, documents
 
 
 def _decoded_lines(path, stats, progress):
@@ -452,7 +456,14 @@ def _ranged_documents(path, stats, progress, n_processes, fmt, options):
             yield from lines
 
 
-def iter_documents(
+def iter_documents(path: str, stats: dict, **options):
+    """Yields each document of `path` as one clean line (no newline); skips and counts into
+    `stats` (a Counter-like dict). `options` are document_blocks'."""
+    for block, _ in document_blocks(path, stats, **options):
+        yield from block.decode("utf-8").split("\n")[:-1]
+
+
+def document_blocks(
     path: str,
     stats: dict,
     *,
@@ -464,7 +475,8 @@ def iter_documents(
     max_document_chars: int = DEFAULT_MAX_DOCUMENT_CHARS,
     log=None,
 ):
-    """Yields each document of `path` as one clean line; skips and counts into `stats` (a Counter-like dict).
+    """Yields (UTF-8 bytes, n): n documents of `path`, each one clean line ending in a newline, in
+    order; skips and counts into `stats` (a Counter-like dict).
 
     A Wikipedia multistream dump (`X.xml.bz2` with its index `X-index.txt.bz2` beside it) is
     decompressed, parsed and cleaned by `n_processes` workers, whole streams each; any other
@@ -477,7 +489,7 @@ def iter_documents(
     index = wikipedia.multistream_index_path(path)
     if fmt == "wikipedia" and path.lower().endswith(".bz2") and os.path.isfile(index):
         # The workers make the final lines too: the one process that writes them does no more.
-        yield from _multistream_documents(path, index, stats, progress, n_processes)
+        yield from _multistream_blocks(path, index, stats, progress, n_processes)
         return
     options = {
         "text_key": text_key,
@@ -488,7 +500,8 @@ def iter_documents(
         raise UserError(f"Unknown --input_format {input_format!r}; choose from {', '.join(INPUT_FORMATS)}.")
     compressed = any(path.lower().endswith(ext) for ext in _COMPRESSED)
     if fmt != "wikipedia" and n_processes > 1 and not compressed and os.path.getsize(path) > RANGE_BYTES:
-        yield from _ranged_documents(path, stats, progress, n_processes, fmt, options)
+        for line in _ranged_documents(path, stats, progress, n_processes, fmt, options):
+            yield (line + "\n").encode("utf-8"), 1
         return
     lines = None
     if fmt == "wikipedia":
@@ -502,7 +515,7 @@ def iter_documents(
             if line is None:
                 stats["empty_documents"] += 1
                 continue
-            yield line
+            yield (line + "\n").encode("utf-8"), 1
     finally:
         documents.close()
         if lines is not None:
@@ -580,9 +593,9 @@ def format_corpus(
     total = sum(os.path.getsize(p) for p in inputs)
     progress = progress_factory("text_formatting", total) if progress_factory else None
     remove_stale_temporaries(os.path.dirname(os.path.abspath(output_file)))
-    with atomic_write(output_file) as out:
+    with atomic_write(output_file, "wb") as out:
         for path in inputs:
-            for line in iter_documents(
+            for block, documents in document_blocks(
                 path,
                 stats,
                 input_format=input_format,
@@ -593,10 +606,9 @@ def format_corpus(
                 max_document_chars=max_document_chars,
                 log=log,
             ):
-                out.write(line)
-                out.write("\n")
-                stats["documents"] += 1
-                stats["bytes_out"] += len(line) + 1
+                out.write(block)
+                stats["documents"] += documents
+                stats["bytes_out"] += len(block)
         out.flush()
     if progress is not None:
         progress.close()
