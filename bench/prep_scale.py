@@ -2,8 +2,8 @@
 each stage timed with 1 and 2 processes, and a projection of the full English dump on 16 cores.
 
     .venv/bin/python bench/prep_scale.py --xml_mb 50              # a look (~40 s on 2 cores)
-    .venv/bin/python bench/prep_scale.py --xml_mb 100             # the RSS comparison size (~2 min)
-    .venv/bin/python bench/prep_scale.py --xml_mb 1000            # the size (~15-20 min)
+    .venv/bin/python bench/prep_scale.py --xml_mb 100             # the RSS comparison size (~2.5 min)
+    .venv/bin/python bench/prep_scale.py --xml_mb 1000            # the size (~10 min + 2 to generate)
     .venv/bin/python bench/prep_scale.py --xml_mb 30 --processes 1,2,4 --cores 32
 
 The dump comes from data/corpus/dump_generator.py (seeded, Wikipedia's multistream layout with its
