@@ -158,32 +158,33 @@ def test_shards_redone_by_several_workers_equal_the_first_run(tmp_path):
     assert stats["redone"] == 3 and _shard_bytes(out) == original
 
 
-def test_a_failing_or_dying_worker_is_named_and_nothing_is_published(tmp_path):
+@pytest.mark.parametrize(
+    "case, error, words",
+    [
+        # A worker that cannot write its shard says why.
+        ("unwritable", RuntimeError, r"sharding worker failed: FileNotFoundError.*missing"),
+        # A document past the end of its file: the input changed under the stage.
+        ("input_changed", UserError, r"formatted.txt changed while it was being sharded"),
+        # A worker killed: the others are not waited for in vain.
+        ("killed", RuntimeError, r"Sharding worker 1 died \(exit code -9\)"),
+    ],
+)
+def test_a_failing_or_dying_worker_is_named(tmp_path, case, error, words):
     path, _ = _corpus(tmp_path)
     keys = [("training", 0), ("training", 1)]
-    # A worker that cannot write its shard says why.
-    workers = _Workers(2, [path], {k: str(tmp_path / "missing" / f"{k[1]}.tmp") for k in keys}, 100, 1000)
+    folder = tmp_path / ("missing" if case == "unwritable" else "shards")
+    if case != "unwritable":
+        folder.mkdir()
+    workers = _Workers(2, [path], {k: str(folder / f"{k[1]}.tmp") for k in keys}, 100, 1000)
     try:
-        with pytest.raises(RuntimeError, match=r"sharding worker failed: FileNotFoundError.*missing"):
-            workers.finish()
-    finally:
-        workers.stop()
-    # A document past the end of its file: the input changed under the stage.
-    workers = _Workers(2, [path], {k: str(tmp_path / f"{k[1]}.tmp") for k in keys}, 100, 1000)
-    try:
-        workers.add(keys[0], 0, os.path.getsize(path) - 3, b"x" * 10)
-        with pytest.raises(UserError, match=r"formatted.txt changed while it was being sharded"):
-            workers.finish()
-    finally:
-        workers.stop()
-    # A worker killed: the others are not waited for in vain.
-    workers = _Workers(2, [path], {k: str(tmp_path / f"k{k[1]}.tmp") for k in keys}, 100, 1000)
-    try:
-        os.kill(workers.processes[1].pid, signal.SIGKILL)
-        workers.processes[1].join()
-        with pytest.raises(RuntimeError, match=r"Sharding worker 1 died \(exit code -9\)"):
+        if case == "input_changed":
+            workers.add(keys[0], 0, os.path.getsize(path) - 3, b"x" * 10)
+        if case == "killed":
+            os.kill(workers.processes[1].pid, signal.SIGKILL)
+            workers.processes[1].join()
             for _ in range(50):
                 workers.add(keys[1], 0, 0, b"x")
+        with pytest.raises(error, match=words):
             workers.finish()
     finally:
         workers.stop()
