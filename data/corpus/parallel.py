@@ -1,5 +1,6 @@
-"""The process-pool map the data stages share (formatting pages, segmenting documents, writing
-TFRecord files), and the progress its workers report to the parent's display."""
+"""The process-pool map the data stages share (formatting pages and streams, writing TFRecord
+files), and the progress its workers report to the parent's display. Sharding does not map: its
+workers own whole shards (data/corpus/sharding.py)."""
 
 from __future__ import annotations
 
