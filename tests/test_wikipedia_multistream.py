@@ -2,6 +2,7 @@
 
 import bz2
 import collections
+import contextlib
 import functools
 import hashlib
 import http.server
@@ -172,19 +173,26 @@ def _publish(dump, directory, md5_of_index=None):
     return folder / f"{name}-index.txt.bz2"
 
 
-def test_download_fetches_dump_and_index_verified_and_formatting_uses_the_index(dump, tmp_path):
-    _publish(dump, tmp_path / "mirror")
+@contextlib.contextmanager
+def _served(dump, tmp_path, md5_of_index=None):
+    """`dump` published on a local mirror for the block; yields the mirror's base URL."""
+    _publish(dump, tmp_path / "mirror", md5_of_index=md5_of_index)
     mirror = _DumpMirror(tmp_path / "mirror")
     try:
-        stats = download.download_dataset(
-            "wikicorpus_en",
-            str(tmp_path / "data"),
-            mirror=mirror.base,
-            wiki_dump="20240601",
-            log=lambda _: None,
-        )
+        yield mirror.base
     finally:
         mirror.close()
+
+
+def _download(tmp_path, base):
+    return download.download_dataset(
+        "wikicorpus_en", str(tmp_path / "data"), mirror=base, wiki_dump="20240601", log=lambda _: None
+    )
+
+
+def test_download_fetches_dump_and_index_verified_and_formatting_uses_the_index(dump, tmp_path):
+    with _served(dump, tmp_path) as base:
+        stats = _download(tmp_path, base)
     assert stats["downloaded"] == 2
     target = tmp_path / "data" / "download" / "wikicorpus_en"
     path, generated = dump
@@ -200,20 +208,10 @@ def test_download_fetches_dump_and_index_verified_and_formatting_uses_the_index(
 
 
 def test_an_index_that_does_not_match_its_published_md5_is_refused(dump, tmp_path):
-    _publish(dump, tmp_path / "mirror", md5_of_index="f" * 32)
-    mirror = _DumpMirror(tmp_path / "mirror")
-    try:
+    with _served(dump, tmp_path, md5_of_index="f" * 32) as base:
         with pytest.raises(download.DownloadError) as error:
-            download.download_dataset(
-                "wikicorpus_en",
-                str(tmp_path / "data"),
-                mirror=mirror.base,
-                wiki_dump="20240601",
-                log=lambda _: None,
-            )
-    finally:
-        mirror.close()
-    url = f"{mirror.base}/enwiki/20240601/enwiki-20240601-pages-articles-multistream-index.txt.bz2"
+            _download(tmp_path, base)
+    url = f"{base}/enwiki/20240601/enwiki-20240601-pages-articles-multistream-index.txt.bz2"
     assert str(error.value).startswith(f"{url}: md5 mismatch (expected {'f' * 32}, got ")
     target = tmp_path / "data" / "download" / "wikicorpus_en"
     assert (target / "wikicorpus_en.xml.bz2").exists()  # the dump itself verified

@@ -44,16 +44,6 @@ DEFAULT_MAX_SENTENCE_CHARS = 2048
 DEFAULT_BUFFER_BYTES = 8 << 20
 
 
-def _count_documents(input_files) -> int:
-    count = 0
-    for path in input_files:
-        with open(path, "rb") as f:
-            for line in f:
-                if not line.isspace():
-                    count += 1
-    return count
-
-
 def _documents(input_files):
     """(file index, byte offset, line) of every non-empty line of the formatted inputs."""
     for file_index, path in enumerate(input_files):
@@ -323,7 +313,7 @@ def shard_corpus(
         log(f"[sharding] {len(relpaths) - len(todo)} shards verified; redoing {len(todo)}.")
 
     start = time.monotonic()
-    n_documents = _count_documents(input_files)
+    n_documents = sum(1 for _ in _documents(input_files))
     n_test_docs = int(n_documents * fraction_test)
     if n_documents - n_test_docs < n_training_shards:
         raise UserError(
