@@ -320,7 +320,9 @@ def test_a_preempted_worker_checkpoints_its_trial_and_the_rerun_continues_it_the
     from common.errors import PREEMPTED_EXIT_STATUS
 
     out = tmp_path / "study"
-    worker = _worker(task, out, tmp_path / "a.log", n_trials=1)
+    # 10 epochs (500 updates): the trial must still be training when the notice reaches it (the
+    # tuner passes it on at its next poll, up to a second later; 100 updates can end before that).
+    worker = _worker(task, out, tmp_path / "a.log", n_trials=1, num_train_epochs=10)
     (first,) = [started_trial(tmp_path / "a.log", worker)]
     trial_dir = out / f"trial_{first:03d}"
     deadline = time.monotonic() + 180
@@ -334,9 +336,9 @@ def test_a_preempted_worker_checkpoints_its_trial_and_the_rerun_continues_it_the
     assert f"trial {first} left a checkpoint in {trial_dir} and is queued again" in printed
     latest = tf.train.latest_checkpoint(str(trial_dir))
     stopped_at = int(latest.rsplit("-", 1)[1])
-    assert max(logged_steps(trial_dir / "log.jsonl")) <= stopped_at < 100
+    assert max(logged_steps(trial_dir / "log.jsonl")) <= stopped_at < 500
 
-    again = _worker(task, out, tmp_path / "b.log", n_trials=1)  # the same command again
+    again = _worker(task, out, tmp_path / "b.log", n_trials=1, num_train_epochs=10)  # the same command
     assert again.wait(timeout=600) == 0, console(tmp_path / "b.log")
     study = _study(str(out))
     states = {t.number: t.state.name for t in study.trials}
@@ -344,5 +346,5 @@ def test_a_preempted_worker_checkpoints_its_trial_and_the_rerun_continues_it_the
     done = next(t for t in study.trials if t.number == first + 1)
     assert done.user_attrs["output_dir"] == str(trial_dir) and done.params == study.trials[first].params
     with open(trial_dir / "train.log") as f:
-        assert f"Resuming from {trial_dir}/ckpt-{stopped_at} (step {stopped_at} of 100)." in f.read()
-    assert max(logged_steps(trial_dir / "log.jsonl")) == 100  # 1600 rows / batch 32 x 2 epochs
+        assert f"Resuming from {trial_dir}/ckpt-{stopped_at} (step {stopped_at} of 500)." in f.read()
+    assert max(logged_steps(trial_dir / "log.jsonl")) == 500  # 1600 rows / batch 32 x 10 epochs

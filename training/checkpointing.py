@@ -252,6 +252,9 @@ class Checkpointer:
             write_text(os.path.join(self.output_dir, INDEX_NAME), "\n".join(lines) + "\n")
             for old in dropped:
                 self._delete(checkpoint_step(old))
+        # No worker goes on before the index names this checkpoint: a worker that looks for the
+        # latest one next (a run started again in the same process) must find the one rank 0 finds.
+        d.barrier()
         return prefix
 
     def _steps_on_disk(self) -> set[int]:
