@@ -63,6 +63,9 @@ if [[ $# -gt 0 ]]; then
 else
   pythons+=(.)  # ruff finds the files itself and skips what pyproject.toml excludes
   [[ -f Dockerfile ]] && dockerfiles+=(Dockerfile)
+  for path in scripts/docker/Dockerfile.*; do
+    [[ -f "${path}" ]] && dockerfiles+=("${path}")
+  done
   # Every *.sh and *.sub git tracks or would track (not what .gitignore keeps out, such as
   # results/), plus the CI entry.
   while IFS= read -r -d '' path; do

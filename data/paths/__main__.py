@@ -1,5 +1,5 @@
-"""`python -m data.paths [all|root|phase1|phase2|vocab|recipe]`: the default data locations, or
-NVIDIA's recipe values as `name=value` lines (for the shell launchers)."""
+"""`python -m data.paths [all|root|phase1|phase2|vocab|python_docs|python_qa|recipe]`: the default
+data locations, or NVIDIA's recipe values as `name=value` lines (for the shell launchers)."""
 
 import argparse
 import os
@@ -11,7 +11,10 @@ from data import paths
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m data.paths", description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "what", nargs="?", default="all", choices=("all", "root", "phase1", "phase2", "vocab", "recipe")
+        "what",
+        nargs="?",
+        default="all",
+        choices=("all", "root", "phase1", "phase2", "vocab", "python_docs", "python_qa", "recipe"),
     )
     parser.add_argument("--dataset", default=paths.DEFAULT_DATASET)
     parser.add_argument("--n_training_shards", type=int, default=paths.DEFAULT_TRAINING_SHARDS)
@@ -27,7 +30,13 @@ def main(argv=None) -> int:
     dirs = paths.default_pretraining_dirs(
         root, args.dataset, args.n_training_shards, args.fraction_test_set, dupe_factor=args.dupe_factor
     )
-    values = {"root": root, **dirs, "vocab": os.path.join(paths.vocab_dir(root, args.dataset), "vocab.txt")}
+    values = {
+        "root": root,
+        **dirs,
+        "vocab": os.path.join(paths.vocab_dir(root, args.dataset), "vocab.txt"),
+        "python_docs": paths.python_docs_file(root),
+        "python_qa": paths.python_qa_dir(root),
+    }
     if args.what == "all":
         for key, value in values.items():
             print(f"{key}\t{value}")

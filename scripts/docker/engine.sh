@@ -4,6 +4,8 @@
 # defines die().
 #
 #   engine_select NAME              docker or podman (BERT_CONTAINER_ENGINE, else docker)
+#   engine_autoselect               BERT_CONTAINER_ENGINE, else docker where an engine answers,
+#                                   else podman (the test scripts' choice)
 #   engine_require                  stops with one sentence when the engine cannot run here
 #   engine_ulimits                  --ulimit arguments this process may grant a container
 #   engine_image_exists TAG         true when the image is in the engine's local store
@@ -23,6 +25,16 @@ engine_select() {
     docker|podman) ENGINE="$1" ;;
     *) die "--engine must be docker or podman (got '$1')." ;;
   esac
+}
+
+engine_autoselect() {
+  if [[ -n "${BERT_CONTAINER_ENGINE:-}" ]]; then
+    engine_select "${BERT_CONTAINER_ENGINE}"
+  elif command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then
+    ENGINE=docker
+  else
+    ENGINE=podman
+  fi
 }
 
 # The hard limits of this shell, which are as high as a podman container's can go.
@@ -112,6 +124,7 @@ local_base_build() {
   command -v mmdebstrap >/dev/null 2>&1 \
     || die "--local-base needs mmdebstrap (apt-get install mmdebstrap, as root)."
   work="$(mktemp -d "${TMPDIR:-/tmp}/bert-tf2-base.XXXXXX")"
+  # shellcheck disable=SC2016  # $1 is mmdebstrap's: the hook runs with the new root as $1
   local hook='mkdir -p "$1/usr/local/share/ca-certificates/host"
     for crt in /usr/local/share/ca-certificates/*.crt; do
       if [ -f "$crt" ]; then cp "$crt" "$1/usr/local/share/ca-certificates/host/"; fi

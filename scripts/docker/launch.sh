@@ -6,6 +6,8 @@
 #   bash scripts/docker/launch.sh [options] [--] [COMMAND [ARGS...]]
 #
 # Options:
+#   --engine NAME        docker or podman (default: $BERT_CONTAINER_ENGINE, else docker);
+#                        podman reaches GPUs through CDI (nvidia-ctk cdi generate)
 #   --image NAME         image (default: $BERT_IMAGE, else bert-tf2:latest)
 #   --gpus LIST          all, none, or GPU indices like 0,1,2,3
 #                        (default: $NV_VISIBLE_DEVICES, else all)
@@ -18,7 +20,7 @@
 #   --shm-size SIZE      /dev/shm size (default 1g); --ipc-host shares the host's IPC instead
 #   --ipc-host           use the host IPC namespace (what NCCL prefers on multi-GPU nodes)
 #   --name NAME          container name
-#   --dry-run            print the docker command instead of running it
+#   --dry-run            print the engine's command instead of running it
 #   -h, --help           this text
 set -euo pipefail
 
@@ -26,7 +28,11 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}"; }
 die() { echo "[launch] $*" >&2; exit 2; }
 need_value() { [[ $# -ge 2 && -n "$2" ]] || die "$1 needs a value (see --help)"; }
+LOG_TAG=launch
+# shellcheck source=scripts/docker/engine.sh
+source "${ROOT}/scripts/docker/engine.sh"
 
+engine_select "${BERT_CONTAINER_ENGINE:-docker}"
 image="${BERT_IMAGE:-bert-tf2:latest}"
 gpus="${NV_VISIBLE_DEVICES:-all}"
 data=""
@@ -42,6 +48,7 @@ envs=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
     -h|--help) usage; exit 0 ;;
+    --engine) need_value "$@"; engine_select "$2"; shift 2 ;;
     --image) need_value "$@"; image="$2"; shift 2 ;;
     --gpus) need_value "$@"; gpus="$2"; shift 2 ;;
     --data) need_value "$@"; data="$2"; shift 2 ;;
@@ -79,19 +86,23 @@ for spec in ${envs[@]+"${envs[@]}"}; do
 done
 [[ -z "${name}" || "${name}" =~ ^[A-Za-z0-9][A-Za-z0-9_.-]*$ ]] || die "--name '${name}' is not a valid container name."
 
-cmd=(docker run --rm --init --net=host)
+cmd=("${ENGINE}" run --rm --init --net=host)
 # Interactive only when there is a terminal, so the same line works in scripts and CI jobs.
 if [[ -t 0 && -t 1 ]]; then cmd+=(-it); fi
-case "${gpus}" in
-  none) ;;
-  all) cmd+=(--gpus all) ;;
+case "${ENGINE}:${gpus}" in
+  *:none) ;;
+  docker:all) cmd+=(--gpus all) ;;
   # docker parses --gpus as CSV: a device list with commas must be quoted inside the value.
-  *) cmd+=(--gpus "\"device=${gpus}\"") ;;
+  docker:*) cmd+=(--gpus "\"device=${gpus}\"") ;;
+  # podman names GPUs as CDI devices (the NVIDIA Container Toolkit's nvidia-ctk writes the spec).
+  podman:all) cmd+=(--device nvidia.com/gpu=all) ;;
+  podman:*) for index in ${gpus//,/ }; do cmd+=(--device "nvidia.com/gpu=${index}"); done ;;
 esac
 # NCCL's shared-memory transport and OpenMPI's need far more than Docker's 64 MB /dev/shm;
 # NCCL and InfiniBand pin (lock) host memory; 64 MB stack as in NVIDIA's launch scripts.
 if [[ "${ipc_host}" == "1" ]]; then cmd+=(--ipc=host); else cmd+=(--shm-size="${shm_size}"); fi
-cmd+=(--ulimit memlock=-1 --ulimit stack=67108864)
+mapfile -t ulimits < <(engine_ulimits)
+cmd+=("${ulimits[@]}")
 if [[ "${mount_code}" == "1" ]]; then cmd+=(-v "${ROOT}:/workspace/bert"); fi
 if [[ -n "${data}" ]]; then cmd+=(-v "${data}:/data"); fi
 cmd+=(-v "${results}:/results")
@@ -100,12 +111,12 @@ for spec in ${envs[@]+"${envs[@]}"}; do cmd+=(-e "${spec}"); done
 if [[ -n "${name}" ]]; then cmd+=(--name "${name}"); fi
 cmd+=(--workdir /workspace/bert "${image}" "${command_args[@]}")
 
-echo "[launch] image ${image}; GPUs: ${gpus}; data: ${data:-(none)} -> /data; results: ${results} -> /results;" \
+echo "[launch] ${ENGINE}: image ${image}; GPUs: ${gpus}; data: ${data:-(none)} -> /data; results: ${results} -> /results;" \
      "code: $([[ "${mount_code}" == "1" ]] && echo "${ROOT}" || echo "from the image")" >&2
 if [[ "${dry_run}" == "1" ]]; then
   printf '%q ' "${cmd[@]}"; echo
   exit 0
 fi
-command -v docker >/dev/null 2>&1 || die "docker is not installed on this machine (see "Running in a container" in README.md)."
+engine_require
 mkdir -p "${results}" || die "cannot create the results directory ${results}."
 exec "${cmd[@]}"
