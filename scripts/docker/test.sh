@@ -79,7 +79,7 @@ trap 'rm -rf "${work}"' EXIT
 mkdir -p "${work}/data" "${work}/results"
 in_image() {
   bash "${ROOT}/scripts/docker/launch.sh" --engine "${ENGINE}" --image "${tag}" --gpus none --no-code-mount \
-    --data "${work}/data" --results "${work}/results" -- "$@"
+    --data "${work}/data" --results "${work}/results" --env TF_CPP_MIN_LOG_LEVEL=2 -- "$@"
 }
 
 step "horovodrun --check-build inside the image"
