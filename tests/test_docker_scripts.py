@@ -255,3 +255,10 @@ def test_launch_refuses_a_missing_engine_in_one_sentence(tmp_path):
     assert result.returncode == 2
     assert "[launch] podman is not installed on this machine" in result.stderr
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.skipif(os.path.isdir("/dev/infiniband"), reason="this machine has InfiniBand devices")
+def test_launch_infiniband_needs_the_devices():
+    result = _bash("scripts/docker/launch.sh", "--dry-run", "--infiniband")
+    assert result.returncode == 2
+    assert "--infiniband: this machine has no /dev/infiniband" in result.stderr

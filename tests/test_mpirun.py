@@ -57,7 +57,7 @@ def _train(rank, size, distributed=None):
 
     config = _tiny_config()
     # On CPU everywhere, GPU machines included: the tolerances below are for float32 CPU kernels
-    # (a GPU would bring TF32 matmuls and atomics). The GPU/NCCL check is in README.md ("Running in a container").
+    # (a GPU would bring TF32 matmuls and atomics). The GPU/NCCL check is in docs/container.md ("On a DGX-class node").
     with tf.device("/CPU:0"):
         keras.utils.set_random_seed(1000 + rank)  # rank 1 starts elsewhere: the broadcast aligns it
         model = BertPretrainer(config)

@@ -19,6 +19,8 @@
 #                        (repeatable; NAME alone passes the host's value)
 #   --shm-size SIZE      /dev/shm size (default 1g); --ipc-host shares the host's IPC instead
 #   --ipc-host           use the host IPC namespace (what NCCL prefers on multi-GPU nodes)
+#   --infiniband         pass the host's InfiniBand/RoCE devices (/dev/infiniband) and the
+#                        IPC_LOCK capability, so NCCL and MPI use RDMA between nodes
 #   --name NAME          container name
 #   --dry-run            print the engine's command instead of running it
 #   -h, --help           this text
@@ -40,6 +42,7 @@ results="${PWD}/results"
 mount_code=1
 shm_size="1g"
 ipc_host=0
+infiniband=0
 name=""
 dry_run=0
 mounts=()
@@ -58,6 +61,7 @@ while [[ $# -gt 0 ]]; do
     --env) need_value "$@"; envs+=("$2"); shift 2 ;;
     --shm-size) need_value "$@"; shm_size="$2"; shift 2 ;;
     --ipc-host) ipc_host=1; shift ;;
+    --infiniband) infiniband=1; shift ;;
     --name) need_value "$@"; name="$2"; shift 2 ;;
     --dry-run) dry_run=1; shift ;;
     --) shift; break ;;
@@ -84,6 +88,9 @@ done
 for spec in ${envs[@]+"${envs[@]}"}; do
   [[ "${spec}" =~ ^[A-Za-z_][A-Za-z0-9_]*(=.*)?$ ]] || die "--env '${spec}' must be NAME or NAME=VALUE."
 done
+if [[ "${infiniband}" == "1" ]]; then
+  [[ -d /dev/infiniband ]] || die "--infiniband: this machine has no /dev/infiniband (no RDMA driver loaded); leave the option out to use TCP."
+fi
 [[ -z "${name}" || "${name}" =~ ^[A-Za-z0-9][A-Za-z0-9_.-]*$ ]] || die "--name '${name}' is not a valid container name."
 
 cmd=("${ENGINE}" run --rm --init --net=host)
@@ -103,6 +110,8 @@ esac
 if [[ "${ipc_host}" == "1" ]]; then cmd+=(--ipc=host); else cmd+=(--shm-size="${shm_size}"); fi
 mapfile -t ulimits < <(engine_ulimits)
 cmd+=("${ulimits[@]}")
+# RDMA registers (pins) memory and opens the verbs devices; without them NCCL falls back to TCP.
+if [[ "${infiniband}" == "1" ]]; then cmd+=(--device=/dev/infiniband --cap-add=IPC_LOCK); fi
 if [[ "${mount_code}" == "1" ]]; then cmd+=(-v "${ROOT}:/workspace/bert"); fi
 if [[ -n "${data}" ]]; then cmd+=(-v "${data}:/data"); fi
 cmd+=(-v "${results}:/results")
