@@ -34,6 +34,7 @@ import numpy as np
 from common import cli
 from common.errors import UserError
 from common.files import atomic_write
+from common.kinds import PRECISIONS as KIND_PRECISIONS
 from common.progress import Progress
 
 # Shapes: B batch, S sequence, D hidden, N heads, H head size (D = N * H), I intermediate,
@@ -41,17 +42,10 @@ from common.progress import Progress
 
 PROG = "extract_features"
 
-# --precision -> (Keras dtype policy, whether float32 matmuls may use TF32 on Ampere+ GPUs).
-# TF enables TF32 by default; "float32" turns it off so the values are float32-accurate.
-PRECISIONS = {
-    "float32": ("float32", False),
-    "fp32": ("float32", False),
-    "tf32": ("float32", True),
-    "float16": ("mixed_float16", False),
-    "fp16": ("mixed_float16", False),
-    "bfloat16": ("mixed_bfloat16", False),
-    "bf16": ("mixed_bfloat16", False),
-}
+# --precision takes the training jobs' names (training/precision.py: fp32, tf32, fp16, bf16) and,
+# as this script always has, the dtype names for three of them.
+PRECISION_ALIASES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
+PRECISIONS = [*PRECISION_ALIASES, *KIND_PRECISIONS]
 
 # Google's pair separator: greedy, so "a ||| b ||| c" is the pair ("a ||| b", "c").
 _PAIR = re.compile(r"^(.*) \|\|\| (.*)$")
@@ -336,12 +330,10 @@ def run(
     )
     check_vocab_size(config, tokenizer.vocab_size, vocab_file or spm_model_file)
 
-    import tensorflow as tf
-
     from bert.encoder import BertEncoder
+    from training.precision import configure_precision
 
-    policy, tf32 = PRECISIONS[precision]
-    tf.config.experimental.enable_tensor_float_32_execution(tf32)
+    policy = configure_precision(PRECISION_ALIASES.get(precision, precision))
     encoder = BertEncoder(config, dtype=policy)
     load_weights(encoder, init_checkpoint)
 
