@@ -54,7 +54,7 @@ DEFAULT_EVAL_EVERY = 100
 
 def define_flags(fv) -> None:
     import finetuning_cli
-    from training import tuning
+    from tuning import search
 
     finetuning_cli.define_flags(
         fv,
@@ -80,9 +80,9 @@ def define_flags(fv) -> None:
     flag("metric", "Dev metric to maximise; default the task's main one (MRPC f1, SQuAD f1, CoLA ...).", str)
     flag("n_trials", "Trials to finish (complete or pruned), counting every worker's.", "count", default=20)
     flag("timeout", "Start no trial after this long (3600, 90m, 2h); a running trial finishes.", str)
-    flag("sampler", "TPE, or random sampling.", tuning.SAMPLERS, default="tpe")
+    flag("sampler", "TPE, or random sampling.", search.SAMPLERS, default="tpe")
     flag("sampler_seed", "Seed of the sampler (a reproducible sequence of trials).", int)
-    flag("pruner", "Median, successive halving, or none.", tuning.PRUNERS, default="median")
+    flag("pruner", "Median, successive halving, or none.", search.PRUNERS, default="median")
     flag(
         "pruner_startup_trials",
         "The median pruner prunes nothing before this many trials ended.",
@@ -132,7 +132,7 @@ def define_flags(fv) -> None:
 
 
 def _space(F):
-    from training import search_space
+    from tuning import search_space
 
     overrides = {}
     for name, flag, log in (
@@ -156,7 +156,7 @@ def _trial_flags(F, squad: bool) -> tuple[str, ...]:
     """The fine-tuning flags given on this command line that every trial gets."""
     import finetuning_cli
     from training.finetuning_job import FineTuningSettings
-    from training.search_space import PARAMETERS
+    from tuning.search_space import PARAMETERS
 
     shared = [n for n in FineTuningSettings.__dataclass_fields__ if n in F]
     shared += ["precision", "amp", "use_horovod"]
@@ -199,22 +199,22 @@ def _trial_prefix(F) -> tuple:
 
 def run(F) -> int:
     from common.errors import UserError
-    from training import tuning
+    from tuning import search
 
     if F.dashboard:  # the study's storage is all it needs: no task, no trial
         if not (F.storage or F.output_dir):
             raise UserError("--dashboard needs --storage or --output_dir (the study's study.db).")
-        url = tuning.study_storage_url(F.storage, F.output_dir)
-        tuning.serve_dashboard(url, F.dashboard_host, F.dashboard_port)
+        url = search.study_storage_url(F.storage, F.output_dir)
+        search.serve_dashboard(url, F.dashboard_host, F.dashboard_port)
         return 0
     cli.required(F, "task_name", "output_dir")
-    squad = tuning.is_squad(F.task_name)
-    tuning.task_metrics(F.task_name, F.version_2_with_negative)  # an unknown task, first
+    squad = search.is_squad(F.task_name)
+    search.task_metrics(F.task_name, F.version_2_with_negative)  # an unknown task, first
     for name in SET_BY_TUNER[2:]:
         if F[name].present and name != "eval_every_n_steps":
             raise UserError(f"--{name} is set by the tuner for every trial; leave it out.")
     eval_every = F.eval_every_n_steps if F["eval_every_n_steps"].present else DEFAULT_EVAL_EVERY
-    settings = tuning.TuneSettings(
+    settings = search.TuneSettings(
         output_dir=F.output_dir,
         task_name=F.task_name,
         space=_space(F),
@@ -222,7 +222,7 @@ def run(F) -> int:
         metric=F.metric,
         version_2_with_negative=F.version_2_with_negative,
         n_trials=F.n_trials,
-        timeout_seconds=tuning.parse_timeout(F.timeout),
+        timeout_seconds=search.parse_timeout(F.timeout),
         sampler=F.sampler,
         sampler_seed=F.sampler_seed,
         pruner=F.pruner,
@@ -236,9 +236,9 @@ def run(F) -> int:
         heartbeat_seconds=F.heartbeat_seconds,
         trial_retries=F.trial_retries,
     )
-    tuning.validate(settings)
+    search.validate(settings)
     _check_task(F, squad, eval_every)
-    tuning.run(settings)
+    search.run(settings)
     return 0
 
 

@@ -1,11 +1,11 @@
-"""The search space (training/search_space.py): where entries come from and in which order they
+"""The search space (tuning/search_space.py): where entries come from and in which order they
 win, what Optuna draws from them, and every malformed entry as one sentence naming its source."""
 
 import optuna
 import pytest
 
 from common.errors import UserError
-from training import search_space
+from tuning import search_space
 
 
 def test_space_precedence_default_file_flags_and_fixed_values(tmp_path):

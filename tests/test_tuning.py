@@ -1,4 +1,4 @@
-"""Fine-tuning hyperparameter search (run_tune.py, training/tuning.py) on Optuna, with real
+"""Fine-tuning hyperparameter search (run_tune.py, tuning/search.py) on Optuna, with real
 trials: each is a run_classifier.py process fine-tuning a tiny BERT from random init on the
 word-order task (tests/word_order.py), which a learning rate of 1e-3 learns within 75 updates
 (dev accuracy 1.0) and 1e-7 never does (0.5).
@@ -27,7 +27,8 @@ import tensorflow as tf
 import run_tune
 from conftest import ROOT, logged_steps
 from launch.workers import trial_prefix
-from training import search_space, tuning, tuning_report
+from tuning import report as tuning_report
+from tuning import search, search_space
 from tuning_workers import BAD, GOOD, UPDATES, console, read_table, start_worker, started_trial, tune_argv
 from word_order import write_model_files
 
@@ -257,18 +258,18 @@ def test_trials_failing_in_a_row_stop_the_worker_with_the_cause(mrpc_files, tmp_
     # that run before the study (they do not read the features).
     out = tmp_path / "study"
     err = _error(_mrpc(mrpc_files, out, train_batch_size=4, use_xla="false", n_trials=10), capsys)
-    assert f"{tuning.MAX_FAILURES_IN_A_ROW} trials in a row failed, the last with: fine-tuning exited" in err
+    assert f"{search.MAX_FAILURES_IN_A_ROW} trials in a row failed, the last with: fine-tuning exited" in err
     assert "fewer than --train_batch_size=4" in err and "trial_002/train.log" in err
-    assert [t.state.name for t in _study(str(out)).trials] == ["FAIL"] * tuning.MAX_FAILURES_IN_A_ROW
+    assert [t.state.name for t in _study(str(out)).trials] == ["FAIL"] * search.MAX_FAILURES_IN_A_ROW
 
 
 def test_a_study_run_with_another_metric_is_refused(mrpc_files, tmp_path, capsys):
     out = tmp_path / "study"
-    settings = tuning.TuneSettings(
+    settings = search.TuneSettings(
         output_dir=str(out), task_name="MRPC", space=search_space.build_space(None, {})
     )
     os.makedirs(out)
-    tuning.create_study(settings, "f1", tuning.open_storage(tuning.storage_url(settings), 60))
+    search.create_study(settings, "f1", search.open_storage(search.storage_url(settings), 60))
     err = _error(_mrpc(mrpc_files, out, metric="accuracy"), capsys)
     assert "was run with metric 'f1', not 'accuracy'" in err
 
@@ -277,7 +278,7 @@ def test_a_study_run_with_another_metric_is_refused(mrpc_files, tmp_path, capsys
 
 
 def test_trial_command_passes_the_studys_flags_and_the_trials_parameters(tmp_path):
-    settings = tuning.TuneSettings(
+    settings = search.TuneSettings(
         output_dir=str(tmp_path),
         task_name="squad",
         space={},
@@ -286,7 +287,7 @@ def test_trial_command_passes_the_studys_flags_and_the_trials_parameters(tmp_pat
         trial_prefix=tuple(trial_prefix(2, {}, sys.executable, ["--gloo", "-H", "localhost:2"])),
         eval_every_n_steps=50,
     )
-    command = tuning.trial_command(settings, {"learning_rate": 3e-5, "train_batch_size": 16}, "/o/trial_001")
+    command = search.trial_command(settings, {"learning_rate": 3e-5, "train_batch_size": 16}, "/o/trial_001")
     bin_dir = os.path.dirname(sys.executable)
     horovodrun = os.path.join(bin_dir, "horovodrun")
     horovodrun = horovodrun if os.access(horovodrun, os.X_OK) else "horovodrun"
@@ -306,10 +307,10 @@ def test_trial_command_passes_the_studys_flags_and_the_trials_parameters(tmp_pat
     one = dataclasses.replace(
         settings, num_gpus=1, trial_prefix=tuple(trial_prefix(1, {}, sys.executable, []))
     )
-    one = tuning.trial_command(one, {}, "/o/trial_002")
+    one = search.trial_command(one, {}, "/o/trial_002")
     assert one[:2] == [sys.executable, os.path.join(ROOT, "run_squad.py")]
     prefix = trial_prefix(2, {"HOROVOD_LAUNCHER": "mpirun"}, sys.executable, ["--gloo"])
-    mpirun = tuning.trial_command(
+    mpirun = search.trial_command(
         dataclasses.replace(settings, trial_prefix=tuple(prefix)), {}, "/o/trial_003"
     )
     assert os.path.basename(mpirun[0]) == "mpirun" and "-np" in mpirun and "--gloo" in mpirun

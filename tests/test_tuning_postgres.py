@@ -27,7 +27,7 @@ import pytest
 import postgres_server
 import run_tune
 from conftest import LAUNCH_ENV, ROOT, logged_steps, worker_env
-from training import tuning
+from tuning import search
 from tuning_workers import (
     BAD,
     GOOD,
@@ -453,7 +453,7 @@ def test_a_wrong_password_is_one_sentence_without_it(task, postgres, tmp_path, c
 def test_a_bare_postgresql_url_uses_the_installed_driver(postgres):
     # SQLAlchemy's postgresql:// means psycopg2, which requirements.txt does not install.
     url = postgres.url().replace("postgresql+psycopg://", "postgresql://")
-    storage = tuning.open_storage(url, heartbeat_seconds=60)
+    storage = search.open_storage(url, heartbeat_seconds=60)
     study = optuna.create_study(study_name="bare_url", storage=storage)
     assert optuna.load_study(study_name="bare_url", storage=postgres.url())._study_id == study._study_id
 

@@ -1,4 +1,4 @@
-"""The study's report (training/tuning_report.py) from a study built by hand: the table holds
+"""The study's report (tuning/report.py) from a study built by hand: the table holds
 every trial with its state, parameters and metric (a pruned trial's last reported value), the best
 trial is the best complete one with its checkpoint, and the plots are real PNG and HTML files."""
 
@@ -10,7 +10,8 @@ import optuna
 import pytest
 import tensorflow as tf
 
-from training import search_space, tuning_report
+from tuning import report as tuning_report
+from tuning import search_space
 
 LR = optuna.distributions.FloatDistribution(1e-6, 1e-2, log=True)
 

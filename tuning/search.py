@@ -26,7 +26,7 @@ is queued again to continue in its own directory, and the worker exits 75 (a re-
     <output_dir>/best_trial.json           the best trial's parameters, metric and checkpoint
     <output_dir>/dev_metric_by_step.png|.html, learning_rate_vs_metric.png|.html
 
-The space is training/search_space.py, the table and plots training/tuning_report.py.
+The space is tuning/search_space.py, the table and plots tuning/report.py.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ import time
 from common.errors import PREEMPTED_EXIT_STATUS, Preempted, UserError
 from common.files import ensure_writable_dir, read_json
 from training.preemption import STOP_FILE_NAME, StopRequests
-from training.tuning_report import best_complete, report
+from tuning.report import best_complete, report
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SAMPLERS = ("tpe", "random")

@@ -10,7 +10,7 @@ import os
 import socket
 
 from common.files import atomic_path, atomic_write, write_json
-from training.search_space import PARAMETERS
+from tuning.search_space import PARAMETERS
 
 TRIALS_TABLE = "trials.tsv"
 BEST_TRIAL = "best_trial.json"
