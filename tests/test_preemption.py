@@ -240,3 +240,16 @@ def test_run_sub_passes_slurms_warning_signal_on_and_requeues_the_job(tmp_path):
     assert again.returncode == 0, again.stderr[-3000:]
     assert tf.train.latest_checkpoint(str(phase1)).endswith("ckpt-18")
     assert (tmp_path / "scontrol.log").read_text() == "requeue 4242\n"  # not again
+
+
+def test_request_stop_writes_the_notice_the_run_sees(tmp_path):
+    from training.preemption import StopRequests, request_stop
+
+    output_dir = tmp_path / "not_started_yet"
+    notices = StopRequests(str(output_dir))
+    assert notices.local() is None and notices.stop_now() is False
+    path = request_stop(str(output_dir))
+    assert path == str(output_dir / "STOP") and os.path.isfile(path)
+    assert notices.local() == "STOP file" and notices.stop_now() is True
+    notices.clear_stale_file()  # written after this process started: a notice for this run, kept
+    assert notices.local() == "STOP file"

@@ -24,6 +24,18 @@ STOP_FILE_NAME = "STOP"
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 
 
+def request_stop(output_dir: str) -> str:
+    """Asks the run writing `output_dir` to stop at its next update, with a checkpoint: writes its
+    STOP file (the notice every worker of it sees), creating the directory if the run has not yet.
+    What a supervisor that is not the run's signal target calls (the tuner for its trial; the
+    shell launchers write the same file). Returns the file's path."""
+    os.makedirs(output_dir, exist_ok=True)
+    path = os.path.join(output_dir, STOP_FILE_NAME)
+    with open(path, "w"):
+        pass
+    return path
+
+
 def _process_start_time() -> float:
     """When this process started (seconds since the epoch)."""
     try:

@@ -43,7 +43,7 @@ import time
 
 from common.errors import PREEMPTED_EXIT_STATUS, Preempted, UserError
 from common.files import ensure_writable_dir, read_json
-from training.preemption import STOP_FILE_NAME, StopRequests
+from training.preemption import StopRequests, request_stop
 from tuning.report import best_complete, report
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -456,8 +456,7 @@ class Objective:
                     done = child.poll() is not None
                     if not done and stopping is None and self.stop is not None and self.stop.local():
                         stopping = self.stop.reason()
-                        with open(os.path.join(trial_dir, STOP_FILE_NAME), "w"):
-                            pass  # the trial stops at its next update, with a checkpoint
+                        request_stop(trial_dir)  # the trial stops at its next update, with a checkpoint
                         self.say(f"trial {trial.number}: stopping for a preemption notice ({stopping})")
                     for entry in log.new_entries():
                         last_step = max(last_step, int(entry.get("step", 0)))
