@@ -32,6 +32,7 @@ from common import cli
 from common.errors import UserError
 from common.progress import Progress, summary
 from data import paths
+from training.distributed import launched_world
 
 PROG = "prepare_data"
 PYTHON_DOCS = "python_docs"
@@ -431,7 +432,7 @@ def main(argv=None, environ=None) -> int:
         except UserError as e:
             print(f"[{F.action}] error: {e}", file=sys.stderr, flush=True)
             return 2
-        if int(environ.get("OMPI_COMM_WORLD_RANK") or environ.get("PMI_RANK") or 0) == 0:
+        if launched_world(environ)[1] == 0:  # one summary, from the first rank
             stats = {k: v for k, v in stats.items() if not isinstance(v, (dict, list))}
             stats["seconds"] = round(time.monotonic() - start, 2)
             summary(F.action, stats)

@@ -8,28 +8,13 @@ import os
 import re
 
 from common.errors import UserError
+from training.distributed import launched_world
 
 LAUNCHERS = ("horovodrun", "mpirun", "direct")
 
 
 class UsageError(UserError):
     """A bad argument: printed with the launcher's usage summary."""
-
-
-def launched_world(environ: dict) -> tuple:
-    """(ranks, rank) when this process is already one of several workers (srun tasks under
-    scripts/run.sub, or `mpirun ... bash run_pretraining_lamb.sh`); (1, 0) otherwise."""
-    from training.distributed import launched_ranks
-
-    world = launched_ranks(environ)
-    if world <= 1:
-        world = int(environ.get("SLURM_STEP_NUM_TASKS") or 1)
-    rank = 0
-    for key in ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"):
-        if environ.get(key, "").isdigit():
-            rank = int(environ[key])
-            break
-    return world, rank
 
 
 def choose_launcher(num_workers: int, launcher: str, in_allocation: bool, world: int, what: str) -> str:

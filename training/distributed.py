@@ -21,6 +21,21 @@ def launched_ranks(environ) -> int:
     return 1
 
 
+def launched_world(environ) -> tuple:
+    """(ranks, rank) when this process is already one of several workers (horovodrun, mpirun, or
+    srun tasks under scripts/run.sub, whose step size SLURM names even without PMI); (1, 0)
+    otherwise. The launchers decide from it whether to start workers themselves."""
+    world = launched_ranks(environ)
+    if world <= 1:
+        world = int(environ.get("SLURM_STEP_NUM_TASKS") or 1)
+    rank = 0
+    for key in ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"):
+        if environ.get(key, "").isdigit():
+            rank = int(environ[key])
+            break
+    return world, rank
+
+
 def mpi_ranks(environ):
     """(comm, rank, world, ranks_on_this_node) for a data stage launched by mpirun; (None, 0, 1, 1)
     when run directly. mpi4py is imported only when the environment says MPI started us."""
