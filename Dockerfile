@@ -105,7 +105,7 @@ ENV BERT_USE_SYSTEM_PYTHON=1 \
     HOROVOD_BUILD_CUDA_CC_LIST=${HOROVOD_BUILD_CUDA_CC_LIST}
 WORKDIR /workspace/bert
 COPY requirements.txt requirements-test.txt ./
-COPY scripts/setup.sh scripts/horovod-0.28.1-tf2.21.patch scripts/
+COPY scripts/setup.sh scripts/find_python.sh scripts/horovod-0.28.1-tf2.21.patch scripts/
 # No GPU driver exists at build time: the CUDA stub libcuda (where the base has one) stands in
 # while Horovod is built and checked (as Horovod's own Dockerfile does), and the final ldconfig
 # drops it again so the real driver library that the NVIDIA container runtime mounts is the one

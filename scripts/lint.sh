@@ -7,11 +7,13 @@
 #   bash scripts/lint.sh --fix        # let ruff fix what it can and format the Python code
 #
 # The linters come from requirements-lint.txt (pinned wheels that carry the binaries) and are
-# installed into .venv, or into the active python with BERT_USE_SYSTEM_PYTHON=1, like setup.sh.
+# installed into the Python scripts/find_python.sh picks, like setup.sh.
 # Exit status: 0 when clean, 1 when a linter reported anything, 2 on a usage or install error.
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BERT_CREATE_VENV=1
+# shellcheck source=scripts/find_python.sh
+source "$(dirname "${BASH_SOURCE[0]}")/find_python.sh"
 
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}"; }
 fix=0
@@ -22,14 +24,6 @@ case "${1:-}" in
   *) ;;
 esac
 
-if [[ "${BERT_USE_SYSTEM_PYTHON:-0}" == "1" ]]; then
-  PY="$(command -v python3 || command -v python)"
-else
-  if [[ ! -x "${ROOT}/.venv/bin/python" ]]; then
-    python3 -m venv "${ROOT}/.venv"
-  fi
-  PY="${ROOT}/.venv/bin/python"
-fi
 BIN_DIR="$(dirname "${PY}")"
 
 # Reinstall only when requirements-lint.txt changed since the last install into this python.

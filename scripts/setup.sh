@@ -3,6 +3,8 @@
 #
 #   bash scripts/setup.sh            # creates/updates .venv at the repo root
 #   BERT_USE_SYSTEM_PYTHON=1 bash scripts/setup.sh   # installs into the active python (container)
+#   BERT_PYTHON=/path/to/python bash scripts/setup.sh   # installs into that python
+# (scripts/find_python.sh holds the rule, which every launcher follows too.)
 #
 # Environment:
 #   BERT_TF_PACKAGE      TensorFlow requirement (default tensorflow-cpu==2.21.0; the container
@@ -13,7 +15,9 @@
 #                        empty or unset builds CPU operations only).
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BERT_CREATE_VENV=1
+# shellcheck source=scripts/find_python.sh
+source "$(dirname "${BASH_SOURCE[0]}")/find_python.sh"
 TF_PACKAGE="${BERT_TF_PACKAGE:-tensorflow-cpu==2.21.0}"
 HOROVOD_VERSION=0.28.1
 WHEEL_CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/bert-tf2/wheels"
@@ -23,16 +27,7 @@ export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"
 
 log() { printf '[setup] %s\n' "$*"; }
 
-if [[ "${BERT_USE_SYSTEM_PYTHON:-0}" == "1" ]]; then
-  PY="$(command -v python3 || command -v python)"
-  log "using the active python: $PY"
-else
-  if [[ ! -x "$ROOT/.venv/bin/python" ]]; then
-    log "creating $ROOT/.venv"
-    python3 -m venv "$ROOT/.venv"
-  fi
-  PY="$ROOT/.venv/bin/python"
-fi
+log "installing into the python of scripts/find_python.sh's rule: $PY"
 PIP=("$PY" -m pip --disable-pip-version-check -q)
 BIN_DIR="$(dirname "$PY")"
 export PATH="$BIN_DIR:$PATH"
