@@ -70,7 +70,7 @@ ENV VIRTUAL_ENV=/opt/venv \
 # component wheels TF 2.21 was built against, TensorFlow's own dependencies, and the Horovod
 # build tools. The project's direct dependencies are pinned in requirements.txt; these agree
 # with them and with what CI's .venv resolves on CPU. Regenerate after changing requirements.txt
-# (command in README.md ("Running in a container")).
+# (command in docs/container.md, "Pinned packages").
 RUN mkdir -p /etc/bert-tf2 && printf '%s\n' \
         nvidia-cublas-cu12==12.5.3.2 nvidia-cuda-cupti-cu12==12.5.82 \
         nvidia-cuda-nvcc-cu12==12.5.82 nvidia-cuda-nvrtc-cu12==12.5.82 \
@@ -131,8 +131,9 @@ RUN if [ -d /usr/local/cuda/lib64/stubs ]; then ldconfig /usr/local/cuda/lib64/s
 #   coordination messages, so it uses plain copy-in/copy-out. Root may run mpirun without
 #   --allow-run-as-root (the container is the isolation boundary, as in NVIDIA's images).
 # - LANG: corpus preparation reads and writes UTF-8 text.
-# - BERT_DATA_DIR: the data root of scripts/data_download.sh and the launchers; launch.sh and
-#   run.sub mount the host's data directory there.
+# - BERT_DATA_DIR and RESULTS_DIR: the data root of scripts/data_download.sh and the launchers,
+#   and where the launchers write their runs; launch.sh and run.sub mount the host's data and
+#   results directories there (without RESULTS_DIR the runs would land in the code directory).
 ENV TF_XLA_FLAGS=--tf_xla_auto_jit=-1 \
     TF_FORCE_GPU_ALLOW_GROWTH=true \
     NCCL_DEBUG=WARN \
@@ -142,6 +143,7 @@ ENV TF_XLA_FLAGS=--tf_xla_auto_jit=-1 \
     LANG=C.UTF-8 \
     LC_ALL=C.UTF-8 \
     BERT_DATA_DIR=/data \
+    RESULTS_DIR=/results \
     PYTHONPATH=/workspace/bert
 
 COPY . /workspace/bert

@@ -213,7 +213,7 @@ def _run_tune_sh(task, tmp_path, machine, *flags):
     command = ["bash", os.path.join(ROOT, "scripts", "run_tune.sh"), "SST-2", "3", "1", "tiny", "fp32"]
     command += ["false", "32", "--", *flags]
     # The password in the environment, not in the URL: the launcher prints its command line (and
-    # ps shows it to every user), as README's "Tuning across machines" advises.
+    # ps shows it to every user), as docs/tuning.md ("Tuning across machines") advises.
     env = {**_launcher_env(task, tmp_path, tmp_path / machine), "PGPASSWORD": postgres_server.PASSWORD}
     return start(command, tmp_path / f"{machine}.log", env)
 
