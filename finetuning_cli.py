@@ -152,13 +152,7 @@ def settings_from_flags(F):
     from training.distributed import launched_ranks
     from training.finetuning_job import FineTuningSettings
 
-    fields = FineTuningSettings.__dataclass_fields__
-    precision, use_horovod = cli.precision_and_horovod(
-        F, os.environ, launched_ranks, fields["precision"].default
-    )
-    values = {name: F[name].value for name in fields if name in F}
-    values.update(precision=precision, use_horovod=use_horovod)
-    return FineTuningSettings(**values)
+    return cli.job_settings(F, FineTuningSettings, os.environ, launched_ranks)
 
 
 def entry_point(define_task_flags, task_of, doc: str, prog: str, **defaults):
@@ -171,9 +165,9 @@ def entry_point(define_task_flags, task_of, doc: str, prog: str, **defaults):
         define_task_flags(fv)
 
     def run(F) -> int:
-        from training.finetuning_job import run as run_job
+        from training import job
 
-        run_job(settings_from_flags(F), task_of(F))
+        job.run(settings_from_flags(F), task_of(F))
         return 0
 
     return cli.entry_point(define_all, run, doc, prog)

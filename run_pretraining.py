@@ -101,7 +101,7 @@ def define_flags(fv) -> None:
     flag(
         "shuffle_buffer",
         "Consecutive records shuffled together (a window of the data order, the same for every "
-        "worker count; see the README's 'Changing the GPU count').",
+        "worker count; see docs/cluster.md, 'Changing the GPU count').",
     )
     flag(
         "worker_timeout_seconds",
@@ -127,24 +127,21 @@ def settings_from_flags(F):
     from training.distributed import launched_ranks
     from training.pretraining_job import PretrainingSettings
 
-    fields = PretrainingSettings.__dataclass_fields__
-    precision, use_horovod = cli.precision_and_horovod(
-        F, os.environ, launched_ranks, fields["precision"].default
-    )
-    values = {name: F[name].value for name in fields if name in F}
-    values.update(
+    return cli.job_settings(
+        F,
+        PretrainingSettings,
+        os.environ,
+        launched_ranks,
         input_files=_files(F, "input_files"),
         eval_files=_files(F, "eval_files"),
-        precision=precision,
-        use_horovod=use_horovod,
     )
-    return PretrainingSettings(**values)
 
 
 def run(F) -> int:
-    from training.pretraining_job import run as run_job
+    from training import job
+    from training.pretraining_job import PretrainingTask
 
-    run_job(settings_from_flags(F))
+    job.run(settings_from_flags(F), PretrainingTask())
     return 0
 
 

@@ -125,6 +125,18 @@ def precision_and_horovod(flag_values, environ, launched_ranks, default_precisio
     return precision or default_precision, use_horovod
 
 
+def job_settings(flag_values, settings_class, environ, launched_ranks, **values):
+    """A training job's settings dataclass from its entry point's parsed flags: every field that
+    is a flag, --precision and --use_horovod resolved (`precision_and_horovod`), then `values`."""
+    fields = dataclasses.fields(settings_class)
+    precision, use_horovod = precision_and_horovod(
+        flag_values, environ, launched_ranks, next(f.default for f in fields if f.name == "precision")
+    )
+    resolved = {f.name: flag_values[f.name].value for f in fields if f.name in flag_values}
+    resolved.update(precision=precision, use_horovod=use_horovod, **values)
+    return settings_class(**resolved)
+
+
 def setting(kind: str, default):
     """A settings dataclass field of a common/kinds.py kind: `Flags` and the jobs' checks read it."""
     if kind not in KINDS:

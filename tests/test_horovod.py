@@ -108,7 +108,7 @@ def _worker(workdir):
     import json
 
     from bert.checkpoints import model_variables
-    from training import pretraining_job
+    from training import job, pretraining_job
     from training.distributed import Distributed
 
     dist = Distributed(use_horovod=True)
@@ -126,7 +126,9 @@ def _worker(workdir):
     # Three updates, then the same job asked for a fourth: a two-worker resume (in this process,
     # so Keras' per-process variable names differ from the first run's).
     for total in (3, 4):
-        result = pretraining_job.run(dataclasses.replace(settings, num_train_steps=total))
+        result = job.run(
+            dataclasses.replace(settings, num_train_steps=total), pretraining_job.PretrainingTask()
+        )
         weights = model_variables(result["model"])
         np.savez(
             os.path.join(workdir, f"job{total}.rank{dist.rank}.npz"),

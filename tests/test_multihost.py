@@ -11,7 +11,7 @@ aside) to one process trained with the doubled batch and the doubled peak rate.
 
 Rank 0 writes the checkpoints; what rank 1 holds is recorded by a sitecustomize module put on the
 ranks' PYTHONPATH (horovodrun passes the environment, mpirun gets -x): in a process running
-run_pretraining.py it wraps training.pretraining_job.run, which returns the trained model, and
+run_pretraining.py it wraps training.job.run, which returns the trained model, and
 saves each rank's final weights, host name and network namespace. Nothing else is replaced.
 
 The comparison is exact because the data order does not depend on the worker count
@@ -44,9 +44,9 @@ RECORDER = """
 import os, sys
 
 if os.path.basename(sys.argv[0]) == "run_pretraining.py" and os.environ.get("RANK_WEIGHTS_DIR"):
-    from training import pretraining_job
+    from training import job
 
-    _run = pretraining_job.run
+    _run = job.run
 
     def run(settings, *args, **kwargs):
         result = _run(settings, *args, **kwargs)
@@ -62,7 +62,7 @@ if os.path.basename(sys.argv[0]) == "run_pretraining.py" and os.environ.get("RAN
         np.savez(os.path.join(os.environ["RANK_WEIGHTS_DIR"], name), **where, **weights)
         return result
 
-    pretraining_job.run = run
+    job.run = run
 """
 
 

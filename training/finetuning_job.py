@@ -1,9 +1,12 @@
-"""The fine-tuning job: plain settings and a task in, a fine-tuned and evaluated output directory out.
+"""Fine-tuning as tasks of the one training job: plain settings and a task in, a fine-tuned and
+evaluated output directory out.
 
 run_squad.py and run_classifier.py turn their flags into `FineTuningSettings` and a task
-(training/squad_task.py, training/glue_task.py) and call `run`. The task says what the data,
-the model head, the objective and the outputs are; everything else is the pretraining job's
-machinery: the one TrainStep, the one loop, checkpoints (heads under Google's names), exact
+(training/squad_task.py's SquadTask, training/glue_task.py's GlueTask: both a `FineTuningTask`)
+and call `training.job.run(settings, task)`. The task says what the data, the model head, the
+objective and the outputs are; `FineTuningTask` holds what every fine-tuning task does alike
+(features in memory, steps from epochs, prediction, export), and training/job.py the rest, as for
+pretraining: the one TrainStep, the one loop, checkpoints (heads under Google's names), exact
 resume, log.jsonl, TensorBoard and the progress line. In order:
 
 1. cheap checks: values of their kind (common/kinds.py), the config and the vocab (beside --init_checkpoint when not
@@ -22,48 +25,31 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import sys
 
 import numpy as np
 
-from common.cli import check_settings, setting
+from common.cli import setting
 from common.errors import UserError
 from common.files import ensure_writable_dir, write_json
-from optimization import FINE_TUNING_DECAY_POWER, OPTIMIZERS
+from optimization import FINE_TUNING_DECAY_POWER
 from training import job
 
 
-@dataclasses.dataclass(frozen=True)
-class FineTuningSettings:
-    """The flags run_squad.py and run_classifier.py share (see their --help for each); a field's
-    kind (common/kinds.py) is checked by `validate` and by the flag's validator alike."""
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class FineTuningSettings(job.JobSettings):
+    """The flags run_squad.py and run_classifier.py share (see their --help for each): the ones
+    every job has (job.JobSettings; here bert_config_file and vocab_file default to the files
+    beside init_checkpoint) and fine-tuning's own."""
 
-    output_dir: str
-    init_checkpoint: str | None = None
-    bert_config_file: str | None = None  # default: the config beside init_checkpoint
-    vocab_file: str | None = None  # default: the vocab.txt beside init_checkpoint
     do_lower_case: bool = setting("bool", True)
-    max_seq_length: int = setting("count", 128)
-    train_batch_size: int = setting("count", 32)  # per worker, per micro-batch
     predict_batch_size: int = setting("count", 8)
-    learning_rate: float = setting("rate", 5e-5)  # per worker: the peak is this x workers
     num_train_epochs: float = setting("epochs", 3.0)
     warmup_proportion: float = setting("proportion", 0.1)
-    num_accumulation_steps: int = setting("count", 1)
     optimizer_type: str = "adam_weight_decay"
-    precision: str = setting("precision", "fp32")
-    use_xla: bool = setting("bool", True)
-    use_horovod: bool = setting("bool", False)
     do_train: bool = setting("bool", False)
-    do_eval: bool = setting("bool", False)
     do_predict: bool = setting("bool", False)
-    save_checkpoints_steps: int = setting("count", 1000)
     keep_checkpoints: int = setting("count", 3)
-    log_every_n_steps: int = setting("count", 10)
     eval_every_n_steps: int = setting("steps", 0)  # 0: evaluate after training only
-    seed: int = 12345
-    deterministic: bool = setting("bool", True)
-    worker_timeout_seconds: int = setting("count", 300)  # training/watchdog.py
     export_dir: str | None = None
     triton_repository: str | None = None
 
@@ -76,15 +62,9 @@ def validate(s: FineTuningSettings) -> None:
         raise UserError(f"--export_dir {s.export_dir} exists and is not empty; choose a new directory.")
     if not (s.do_train or s.do_eval or s.do_predict or s.export_dir):
         raise UserError("Nothing to do: pass --do_train, --do_eval, --do_predict and/or --export_dir.")
-    if not s.output_dir:
-        raise UserError("--output_dir is required.")
-    check_settings(s)
+    job.validate_settings(s)
     if s.eval_every_n_steps and not (s.do_train and s.do_eval):
         raise UserError("--eval_every_n_steps evaluates during training: it needs --do_train and --do_eval.")
-    if s.optimizer_type not in OPTIMIZERS:
-        raise UserError(
-            f"--optimizer_type must be one of {', '.join(OPTIMIZERS)} (got {s.optimizer_type!r})."
-        )
 
 
 def load_model_files(s: FineTuningSettings, output_dir_checkpoint: str | None):
@@ -200,22 +180,15 @@ def update_of(s: FineTuningSettings, workers: int) -> job.Update:
     )
 
 
-@dataclasses.dataclass
-class _Plan:
-    """What the cheap checks found: the job before any model exists."""
+@dataclasses.dataclass(kw_only=True)
+class FineTuningPlan(job.Plan):
+    """The job's plan with fine-tuning's data: the tokenizer and the training features."""
 
-    config: object  # BertConfig
     tokenizer: object
-    update: job.Update
     train_arrays: dict | None  # the training features, with --do_train
-    start_sequence: int  # of the data order, where training continues
-    steps: int  # updates to train for (0 without --do_train)
-    warmup: int
-    resume_from: str | None
-    resolved: dict
 
 
-def _plan(s: FineTuningSettings, task, dist, out) -> _Plan:
+def _plan(s: FineTuningSettings, task, dist, out) -> FineTuningPlan:
     """Steps 1-3: config, vocab, features, steps; then the resolved settings reported."""
     from bert.tokenization import build_tokenizer
     from training.checkpointing import latest_checkpoint, write_model_files
@@ -260,82 +233,22 @@ def _plan(s: FineTuningSettings, task, dist, out) -> _Plan:
         # A predict/export-only run keeps the training record.
         job.report("fine-tuning", resolved, out, path if s.do_train or not os.path.exists(path) else None)
         write_model_files(config, vocab_file, s.output_dir)
-    return _Plan(config, tokenizer, update, train_arrays, start, steps, warmup, resume_from, resolved)
-
-
-def _build_step(s: FineTuningSettings, task, plan: _Plan, dist, out):
-    """Step 4: the model (from --init_checkpoint in a new output_dir) and its train step."""
-    from bert.checkpoints import load_for_fine_tuning
-
-    model = job.build_model(
-        lambda dtype: task.build_model(plan.config, dtype), seed=s.seed, precision=s.precision, rank=dist.rank
-    )
-    if not plan.resume_from and s.init_checkpoint:
-        head = load_for_fine_tuning(model, s.init_checkpoint)
-        print(
-            f"Initialised the encoder{' and the head' if head else ''} from {s.init_checkpoint}"
-            f"{'' if head else '; the head starts fresh'}.",
-            file=out,
-        )
-    elif not plan.resume_from:
-        print("No --init_checkpoint: the encoder starts from random weights.", file=out)
-    return plan.update.build(
-        model,
-        task.objective,
-        warmup_steps=plan.warmup,
-        train_steps=plan.steps,
-        distributed=dist,
-        jit_compile=s.use_xla,
+    return FineTuningPlan(
+        config=config,
+        update=update,
+        start_sequence=start,
+        steps=steps,
+        warmup=warmup,
+        resume_from=resume_from,
+        resolved=resolved,
+        tokenizer=tokenizer,
+        train_arrays=train_arrays,
     )
 
 
-def _train(s: FineTuningSettings, task, plan: _Plan, step, out):
-    """Step 5a: training from where output_dir's checkpoints left off; the last metrics."""
-    from training.data_order import Position
-
-    dist = step.distributed
-    batches = training_dataset(
-        plan.train_arrays,
-        s.train_batch_size,
-        num_workers=dist.size,
-        worker_index=dist.rank,
-        seed=s.seed,
-        start=plan.start_sequence,
-    )
-    training = job.resume_training(
-        step,
-        Position(plan.start_sequence, s.train_batch_size, dist.size),
-        plan.update,
-        output_dir=s.output_dir,
-        train_steps=plan.steps,
-        keep=s.keep_checkpoints,
-        log_every=s.log_every_n_steps,
-        worker_timeout_s=s.worker_timeout_seconds,
-        stream=out,
-    )
-    if plan.resume_from:
-        print(f"Resuming from {plan.resume_from} (step {training.start} of {plan.steps}).", file=out)
-    periodic = None
-    if s.eval_every_n_steps:
-        split = task.prediction_splits(do_eval=True, do_predict=False)[0]
-        features = (
-            task.predict_features(split, plan.tokenizer, s.max_seq_length, stream=out)
-            if dist.is_chief
-            else None
-        )
-        periodic = periodic_evaluation(
-            step, task, split, s.eval_every_n_steps, plan.steps, features, s.predict_batch_size, training.log
-        )
-    return training.run(
-        step,
-        iter(batches),
-        num_train_steps=plan.steps,
-        save_checkpoints_steps=s.save_checkpoints_steps,
-        periodic=periodic,
-    )
-
-
-def _predict_and_export(s: FineTuningSettings, task, plan: _Plan, step, global_step: int, out, result: dict):
+def _predict_and_export(
+    s: FineTuningSettings, task, plan: FineTuningPlan, step, global_step: int, out, result: dict
+):
     """Step 5b, rank 0: each split's predictions and official metrics; the SavedModel."""
     from training import loop
 
@@ -365,33 +278,76 @@ def _predict_and_export(s: FineTuningSettings, task, plan: _Plan, step, global_s
             print(f"Wrote the Triton model {where} (config.pbtxt, 1/model.savedmodel).", file=out)
 
 
-def run(s: FineTuningSettings, task, stream=None) -> dict:
-    """Fine-tunes, predicts and evaluates `task` (training.squad_task.SquadTask or
-    training.glue_task.GlueTask); returns {"resolved", "model", "train" (last metrics or None),
-    "results" ({split: metrics}), "export_dir"}. Problems the user can fix raise UserError
-    before any model is built."""
-    validate(s)
-    task.validate(do_train=s.do_train, do_eval=s.do_eval, do_predict=s.do_predict)
-    stream = stream if stream is not None else sys.stdout
-    with job.worker(s.use_horovod, s.deterministic, stream) as (dist, out):
-        plan = _plan(s, task, dist, out)
-        step = _build_step(s, task, plan, dist, out)
-        result = {
-            "resolved": plan.resolved,
-            "model": step.model,
-            "train": None,
-            "results": {},
-            "export_dir": None,
-        }
-        if s.do_train:
-            result["train"] = _train(s, task, plan, step, out)
-        elif plan.resume_from:
-            from bert.checkpoints import load_weights
+class FineTuningTask:
+    """What every fine-tuning task does alike, for training.job.run. A subclass (SquadTask,
+    GlueTask) gives its data and head: validate(do_train=, do_eval=, do_predict=), describe(),
+    build_model(config, dtype), objective, train_features(tokenizer, max_seq_length, seed=,
+    stream=), prediction_splits(do_eval=, do_predict=), predict_features(split, tokenizer,
+    max_seq_length, stream=), dev_metrics(split, outputs, context), write_predictions(split,
+    outputs, context, output_dir), serving_outputs and triton_name."""
 
-            load_weights(step.model, plan.resume_from)
-            print(f"Predicting with the weights of {plan.resume_from}.", file=out)
-        global_step = job.weights_step(step, s.do_train, plan.resume_from or s.init_checkpoint)
+    def validate_settings(self, s: FineTuningSettings) -> None:
+        validate(s)
+        self.validate(do_train=s.do_train, do_eval=s.do_eval, do_predict=s.do_predict)
+
+    def plan(self, s: FineTuningSettings, dist, out) -> FineTuningPlan:
+        return _plan(s, self, dist, out)
+
+    def initialise(self, model, s: FineTuningSettings, plan: FineTuningPlan, out) -> None:
+        """The encoder, and the head when the checkpoint holds one, from --init_checkpoint in a
+        new output_dir."""
+        from bert.checkpoints import load_for_fine_tuning
+
+        if not plan.resume_from and s.init_checkpoint:
+            head = load_for_fine_tuning(model, s.init_checkpoint)
+            print(
+                f"Initialised the encoder{' and the head' if head else ''} from {s.init_checkpoint}"
+                f"{'' if head else '; the head starts fresh'}.",
+                file=out,
+            )
+        elif not plan.resume_from:
+            print("No --init_checkpoint: the encoder starts from random weights.", file=out)
+
+    def training_batches(self, s: FineTuningSettings, plan: FineTuningPlan, dist):
+        return iter(
+            training_dataset(
+                plan.train_arrays,
+                s.train_batch_size,
+                num_workers=dist.size,
+                worker_index=dist.rank,
+                seed=s.seed,
+                start=plan.start_sequence,
+            )
+        )
+
+    def resumed(self, plan: FineTuningPlan, start: int, out) -> None:
+        if plan.resume_from:
+            print(f"Resuming from {plan.resume_from} (step {start} of {plan.steps}).", file=out)
+
+    def periodic(self, s: FineTuningSettings, plan: FineTuningPlan, step, log, out):
+        """--eval_every_n_steps' evaluation during training (rank 0 computes the features)."""
+        if not s.eval_every_n_steps:
+            return None
+        split = self.prediction_splits(do_eval=True, do_predict=False)[0]
+        features = (
+            self.predict_features(split, plan.tokenizer, s.max_seq_length, stream=out)
+            if step.distributed.is_chief
+            else None
+        )
+        return periodic_evaluation(
+            step, self, split, s.eval_every_n_steps, plan.steps, features, s.predict_batch_size, log
+        )
+
+    def loaded(self, plan: FineTuningPlan, out) -> None:
+        print(f"Predicting with the weights of {plan.resume_from}.", file=out)
+
+    def result_fields(self) -> dict:
+        return {"results": {}, "export_dir": None}
+
+    def finish(self, s: FineTuningSettings, plan: FineTuningPlan, step, result: dict, log, out) -> None:
+        """Rank 0: each split's predictions and official metrics, the SavedModel; then every
+        worker waits for it."""
+        dist = step.distributed
         if dist.is_chief:
-            _predict_and_export(s, task, plan, step, global_step, out, result)
+            _predict_and_export(s, self, plan, step, result["step"], out, result)
         dist.barrier()
-    return result

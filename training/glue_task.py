@@ -1,4 +1,4 @@
-"""A GLUE task as a fine-tuning task for training.finetuning_job: the task's TSVs in; dev metrics
+"""A GLUE task as a fine-tuning task of the one training job: the task's TSVs in; dev metrics
 (the official ones), dev predictions and the test submission files as GLUE names them out.
 
 Reading and features are data/glue.py; the metrics data/glue_metrics.py.
@@ -10,12 +10,13 @@ import os
 
 from common.errors import UserError
 from common.files import atomic_write
+from training.finetuning_job import FineTuningTask
 from training.finetuning_objectives import ClassificationObjective, RegressionObjective
 
 FEATURE_KEYS = ("input_ids", "input_mask", "segment_ids", "label_ids")
 
 
-class GlueTask:
+class GlueTask(FineTuningTask):
     """task_name: any GLUE task (data.glue.get_task's names); data_dir: the GLUE root or the
     task's own directory. --do_eval scores the dev split(s) (MNLI: matched and mismatched),
     --do_predict writes the test split(s) as submission files."""

@@ -1,6 +1,15 @@
-"""The skeleton every training job shares: training/pretraining_job.py, training/finetuning_job.py
-and bench/pretrain_throughput.py take their worker, update, model and report from here, so each
-is built one way.
+"""The one training job: `run(settings, task)` drives pretraining (training/pretraining_job.py's
+PretrainingTask) and fine-tuning (SquadTask, GlueTask on training/finetuning_job.py's
+FineTuningTask) alike, from the settings every job shares (`JobSettings`) to a trained, evaluated
+output directory:
+
+    result = job.run(settings, task)   # task.validate_settings, then in one worker:
+      plan = task.plan(settings, dist, out)       # cheap checks, data, update, steps, the report
+      step = the model (task.build_model, task.initialise) and its TrainStep (task.objective)
+      training from the latest checkpoint (task.training_batches, task.resumed, task.periodic)
+      task.finish(...)                            # evaluate, predict, export
+
+The pieces below are also what bench/pretrain_throughput.py builds its step with:
 
     with job.worker(use_horovod, deterministic, stream) as (dist, out):
         update = job.Update(batch_size, accumulation_steps, learning_rate, dist.size, optimizer_type)
@@ -22,11 +31,139 @@ import contextlib
 import dataclasses
 import json
 import os
+import sys
 
+from common.cli import check_settings, setting
 from common.errors import UserError
 from common.files import write_json
 
 RESOLVED_CONFIG_NAME = "resolved_config.json"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class JobSettings:
+    """The settings every training job shares (run_pretraining.py's, run_squad.py's and
+    run_classifier.py's flags of the same names); PretrainingSettings and FineTuningSettings add
+    their own and change a few defaults. A field's kind (common/kinds.py) is checked by
+    `validate_settings` and by the flag's validator alike."""
+
+    output_dir: str
+    init_checkpoint: str | None = None
+    bert_config_file: str | None = None
+    vocab_file: str | None = None
+    max_seq_length: int = setting("count", 128)
+    train_batch_size: int = setting("count", 32)  # per worker, per micro-batch
+    learning_rate: float = setting("rate", 5e-5)  # per worker: the peak is this x workers
+    num_accumulation_steps: int = setting("count", 1)
+    optimizer_type: str = "lamb"
+    precision: str = setting("precision", "fp32")
+    use_xla: bool = setting("bool", True)
+    use_horovod: bool = setting("bool", False)
+    do_train: bool = setting("bool", True)
+    do_eval: bool = setting("bool", False)
+    save_checkpoints_steps: int = setting("count", 1000)
+    keep_checkpoints: int = setting("count", 5)
+    log_every_n_steps: int = setting("count", 10)
+    seed: int = 12345
+    deterministic: bool = setting("bool", True)
+    worker_timeout_seconds: int = setting("count", 300)  # training/watchdog.py
+
+
+def validate_settings(s: JobSettings) -> None:
+    """UserError naming the first shared flag whose value cannot work (the tasks check theirs)."""
+    from optimization import OPTIMIZERS
+
+    if not s.output_dir:
+        raise UserError("--output_dir is required.")
+    check_settings(s)
+    if s.optimizer_type not in OPTIMIZERS:
+        raise UserError(
+            f"--optimizer_type must be one of {', '.join(OPTIMIZERS)} (got {s.optimizer_type!r})."
+        )
+
+
+@dataclasses.dataclass(kw_only=True)
+class Plan:
+    """What a task's cheap checks found: the job before any model exists. Tasks add their data."""
+
+    config: object  # BertConfig
+    update: "Update"
+    start_sequence: int  # of the data order, where training continues
+    steps: int  # updates to train for (0 without --do_train)
+    warmup: int
+    resume_from: str | None  # the output directory's latest checkpoint
+    resolved: dict
+
+
+def run(s: JobSettings, task, stream=None) -> dict:
+    """Runs the job `task` describes (see the module docstring) with settings `s`; returns
+    {"resolved", "model", "step" (of the weights it ends with), "train" (last metrics or None),
+    "throughput" (or None)} plus the task's own results. Problems the user can fix raise
+    UserError before any model is built."""
+    task.validate_settings(s)
+    stream = stream if stream is not None else sys.stdout
+    with worker(s.use_horovod, s.deterministic, stream) as (dist, out):
+        plan = task.plan(s, dist, out)
+        step = _build_step(s, task, plan, dist, out)
+        result = {"resolved": plan.resolved, "model": step.model, "train": None, "throughput": None}
+        result.update(task.result_fields())
+        log = None
+        if s.do_train:
+            result["train"], log = _train(s, task, plan, step, out)
+            result["throughput"] = log.throughput()
+        elif plan.resume_from:
+            from bert.checkpoints import load_weights
+
+            load_weights(step.model, plan.resume_from)
+            task.loaded(plan, out)
+        # Without training: the step of the weights (the output_dir's, else --init_checkpoint's).
+        result["step"] = weights_step(step, s.do_train, plan.resume_from or s.init_checkpoint)
+        task.finish(s, plan, step, result, log, out)
+    return result
+
+
+def _build_step(s: JobSettings, task, plan: Plan, dist, out):
+    """The model (from --init_checkpoint in a new output_dir, as the task loads it) and its step."""
+    model = build_model(
+        lambda dtype: task.build_model(plan.config, dtype), seed=s.seed, precision=s.precision, rank=dist.rank
+    )
+    task.initialise(model, s, plan, out)
+    return plan.update.build(
+        model,
+        task.objective,
+        warmup_steps=plan.warmup,
+        train_steps=plan.steps,
+        distributed=dist,
+        jit_compile=s.use_xla,
+    )
+
+
+def _train(s: JobSettings, task, plan: Plan, step, out):
+    """Training from where output_dir's checkpoints left off; (last metrics, the log)."""
+    from training.data_order import Position
+
+    dist = step.distributed
+    batches = task.training_batches(s, plan, dist)
+    training = resume_training(
+        step,
+        Position(plan.start_sequence, s.train_batch_size, dist.size),
+        plan.update,
+        output_dir=s.output_dir,
+        train_steps=plan.steps,
+        keep=s.keep_checkpoints,
+        log_every=s.log_every_n_steps,
+        worker_timeout_s=s.worker_timeout_seconds,
+        stream=out,
+    )
+    task.resumed(plan, training.start, out)
+    metrics = training.run(
+        step,
+        batches,
+        num_train_steps=plan.steps,
+        save_checkpoints_steps=s.save_checkpoints_steps,
+        periodic=task.periodic(s, plan, step, training.log, out),
+    )
+    return metrics, training.log
 
 
 @contextlib.contextmanager

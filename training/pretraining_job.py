@@ -1,6 +1,8 @@
-"""The pretraining job: plain settings in, a trained and evaluated output directory out.
+"""Pretraining as a task of the one training job: plain settings in, a trained and evaluated
+output directory out.
 
-run_pretraining.py turns its flags into `PretrainingSettings` and calls `run`. In order:
+run_pretraining.py turns its flags into `PretrainingSettings` and calls
+`training.job.run(settings, PretrainingTask())`. In order:
 
 1. cheap checks, before TensorFlow builds anything: values of their kind (common/kinds.py), the
    config and the vocab fit each other, every glob matches files, each worker's files hold records of this
@@ -20,48 +22,28 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import sys
 
-from common.cli import check_settings, setting
+from common.cli import setting
 from common.errors import UserError
 from common.files import ensure_writable_dir, expand_globs
-from optimization import DECAY_POWER, OPTIMIZERS
+from optimization import DECAY_POWER
 from training import job
 
 
-@dataclasses.dataclass(frozen=True)
-class PretrainingSettings:
-    """run_pretraining.py's flags as plain values (see its --help for each); a field's kind
-    (common/kinds.py) is checked by `validate` and by the flag's validator alike."""
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PretrainingSettings(job.JobSettings):
+    """run_pretraining.py's flags as plain values (see its --help for each): the shared ones
+    (job.JobSettings) and pretraining's own."""
 
     bert_config_file: str
-    output_dir: str
     input_files: str | None = None  # comma-separated globs
     eval_files: str | None = None
-    vocab_file: str | None = None
-    init_checkpoint: str | None = None
-    max_seq_length: int = setting("count", 128)
     max_predictions_per_seq: int = setting("count", 20)
-    train_batch_size: int = setting("count", 32)  # per worker, per micro-batch
     eval_batch_size: int = setting("count", 8)
-    learning_rate: float = setting("rate", 5e-5)  # per worker: the peak is this x workers
     num_train_steps: int = setting("count", 100000)  # applied updates
     num_warmup_steps: int = setting("steps", 10000)
-    num_accumulation_steps: int = setting("count", 1)
-    save_checkpoints_steps: int = setting("count", 1000)
-    keep_checkpoints: int = setting("count", 5)
-    optimizer_type: str = "lamb"
-    precision: str = setting("precision", "fp32")
-    use_xla: bool = setting("bool", True)
-    use_horovod: bool = setting("bool", False)
-    do_train: bool = setting("bool", True)
-    do_eval: bool = setting("bool", False)
     max_eval_steps: int | None = setting("count", 100)  # None: the whole evaluation set
-    seed: int = 12345
-    log_every_n_steps: int = setting("count", 10)
-    deterministic: bool = setting("bool", True)
     shuffle_buffer: int = setting("count", 10000)  # the data order's shuffle window
-    worker_timeout_seconds: int = setting("count", 300)  # training/watchdog.py
 
 
 def validate(s: PretrainingSettings) -> None:
@@ -76,15 +58,11 @@ def validate(s: PretrainingSettings) -> None:
         raise UserError("--input_files is required with --do_train.")
     if s.do_eval and not s.eval_files:
         raise UserError("--eval_files is required with --do_eval.")
-    check_settings(s)
+    job.validate_settings(s)
     if s.do_train and not s.num_warmup_steps <= s.num_train_steps:
         raise UserError(
             f"--num_warmup_steps must be between 0 and --num_train_steps={s.num_train_steps} "
             f"(got {s.num_warmup_steps})."
-        )
-    if s.optimizer_type not in OPTIMIZERS:
-        raise UserError(
-            f"--optimizer_type must be one of {', '.join(OPTIMIZERS)} (got {s.optimizer_type!r})."
         )
     if s.max_predictions_per_seq > s.max_seq_length:
         raise UserError(
@@ -146,19 +124,15 @@ def resolve(
     return resolved
 
 
-@dataclasses.dataclass
-class _Plan:
-    """What the cheap checks found: the job before any model exists."""
+@dataclasses.dataclass(kw_only=True)
+class PretrainingPlan(job.Plan):
+    """The job's plan with pretraining's data: this worker's training records from the data
+    order's start, rank 0's evaluation records."""
 
-    config: object  # BertConfig
-    update: job.Update
     train_files: list
     train_data: object  # this worker's tf.data.Dataset, or None without --do_train
-    start_sequence: int  # of the data order, where train_data starts
     eval_data: object  # rank 0's, or None
-    resume_from: str | None
-    init_step: int | None
-    resolved: dict
+    init_step: int | None  # of --init_checkpoint, for a new output_dir
 
 
 def _record_counts(files: list, dist, out) -> list[int]:
@@ -186,7 +160,7 @@ def _record_counts(files: list, dist, out) -> list[int]:
     return [int(c) for c in counts]
 
 
-def _plan(s: PretrainingSettings, dist, out) -> _Plan:
+def _plan(s: PretrainingSettings, dist, out) -> PretrainingPlan:
     """Steps 1 and 2: config, vocab, globs, records, the checkpoint to continue (its global batch
     and data position); then the resolved settings reported."""
     from bert.checkpoints import global_step_of
@@ -231,130 +205,104 @@ def _plan(s: PretrainingSettings, dist, out) -> _Plan:
     if dist.is_chief:
         job.report("pretraining", resolved, out, os.path.join(s.output_dir, job.RESOLVED_CONFIG_NAME))
         write_model_files(config, s.vocab_file, s.output_dir)
-    return _Plan(config, update, train_files, train_data, start, eval_data, resume_from, init_step, resolved)
-
-
-def _build_step(s: PretrainingSettings, plan: _Plan, dist, out):
-    """Step 3: the model (from --init_checkpoint in a new output_dir) and its train step."""
-    from bert.checkpoints import load_weights
-    from bert.pretraining import BertPretrainer
-    from training.pretraining_objective import PretrainingObjective
-
-    model = job.build_model(
-        lambda dtype: BertPretrainer(plan.config, dtype=dtype),
-        seed=s.seed,
-        precision=s.precision,
-        rank=dist.rank,
+    return PretrainingPlan(
+        config=config,
+        update=update,
+        start_sequence=start,
+        steps=s.num_train_steps if s.do_train else 0,
+        warmup=s.num_warmup_steps,
+        resume_from=resume_from,
+        resolved=resolved,
+        train_files=train_files,
+        train_data=train_data,
+        eval_data=eval_data,
+        init_step=init_step,
     )
-    if plan.resume_from:
-        where = (
-            f" (--init_checkpoint={s.init_checkpoint} applies only to a new output_dir)."
-            if s.init_checkpoint
-            else "."
-        )
-        print(f"Resuming from {plan.resume_from}{where}", file=out)
-    elif s.init_checkpoint:
-        load_weights(model, s.init_checkpoint)
-        print(
-            f"Initialised every layer and both heads from {s.init_checkpoint}"
-            + (
-                f" (its step {plan.init_step}); the optimizer and step start at 0."
-                if plan.init_step is not None
+
+
+class PretrainingTask:
+    """Pretraining (masked LM + next sentence prediction on TFRecords) for training.job.run."""
+
+    def validate_settings(self, s: PretrainingSettings) -> None:
+        validate(s)
+
+    def plan(self, s: PretrainingSettings, dist, out) -> PretrainingPlan:
+        return _plan(s, dist, out)
+
+    @property
+    def objective(self):
+        from training.pretraining_objective import PretrainingObjective
+
+        return PretrainingObjective()
+
+    def build_model(self, config, dtype):
+        from bert.pretraining import BertPretrainer
+
+        return BertPretrainer(config, dtype=dtype)
+
+    def initialise(self, model, s: PretrainingSettings, plan: PretrainingPlan, out) -> None:
+        """Every layer and both heads from --init_checkpoint in a new output_dir."""
+        from bert.checkpoints import load_weights
+
+        if plan.resume_from:
+            where = (
+                f" (--init_checkpoint={s.init_checkpoint} applies only to a new output_dir)."
+                if s.init_checkpoint
                 else "."
+            )
+            print(f"Resuming from {plan.resume_from}{where}", file=out)
+        elif s.init_checkpoint:
+            load_weights(model, s.init_checkpoint)
+            print(
+                f"Initialised every layer and both heads from {s.init_checkpoint}"
+                + (
+                    f" (its step {plan.init_step}); the optimizer and step start at 0."
+                    if plan.init_step is not None
+                    else "."
+                ),
+                file=out,
+            )
+
+    def training_batches(self, s: PretrainingSettings, plan: PretrainingPlan, dist):
+        from training.input_pipeline import naming_corrupt_files
+
+        return naming_corrupt_files(iter(plan.train_data), plan.train_files)
+
+    def resumed(self, plan: PretrainingPlan, start: int, out) -> None:
+        if start >= plan.steps:
+            print(
+                f"{plan.resume_from} is already at step {start} of {plan.steps}; nothing to train.", file=out
+            )
+
+    def periodic(self, s, plan, step, log, out):
+        return None
+
+    def loaded(self, plan: PretrainingPlan, out) -> None:
+        pass
+
+    def result_fields(self) -> dict:
+        return {"eval": None}
+
+    def finish(self, s: PretrainingSettings, plan: PretrainingPlan, step, result: dict, log, out) -> None:
+        """Rank 0 alone (the other workers are done): --eval_files' metrics, eval_results.json."""
+        if plan.eval_data is None:
+            return
+        from training import loop
+
+        results = loop.evaluate(
+            step,
+            plan.eval_data,
+            max_batches=s.max_eval_steps,
+            output_dir=s.output_dir,
+            global_step=result["step"],
+            log=log,
+        )
+        print(
+            "Evaluation: "
+            + "  ".join(
+                f"{k} = {v:.4f}" if isinstance(v, float) else f"{k} = {v}" for k, v in sorted(results.items())
             ),
             file=out,
+            flush=True,
         )
-    return plan.update.build(
-        model,
-        PretrainingObjective(),
-        warmup_steps=s.num_warmup_steps,
-        train_steps=s.num_train_steps if s.do_train else 0,
-        distributed=dist,
-        jit_compile=s.use_xla,
-    )
-
-
-def _train(s: PretrainingSettings, plan: _Plan, step, out):
-    """Step 4: training from where output_dir's checkpoints left off; (last metrics, the log)."""
-    from training.data_order import Position
-    from training.input_pipeline import naming_corrupt_files
-
-    position = Position(plan.start_sequence, s.train_batch_size, step.distributed.size)
-    training = job.resume_training(
-        step,
-        position,
-        plan.update,
-        output_dir=s.output_dir,
-        train_steps=s.num_train_steps,
-        keep=s.keep_checkpoints,
-        log_every=s.log_every_n_steps,
-        worker_timeout_s=s.worker_timeout_seconds,
-        stream=out,
-    )
-    if training.start >= s.num_train_steps:
-        print(
-            f"{plan.resume_from} is already at step {training.start} of {s.num_train_steps}; nothing to train.",
-            file=out,
-        )
-    metrics = training.run(
-        step,
-        naming_corrupt_files(iter(plan.train_data), plan.train_files),
-        num_train_steps=s.num_train_steps,
-        save_checkpoints_steps=s.save_checkpoints_steps,
-    )
-    log = training.log
-    return metrics, log
-
-
-def _evaluate(s: PretrainingSettings, plan: _Plan, step, global_step: int, log, out) -> dict:
-    """Step 5, rank 0 alone (the other workers are done): eval_results.json, printed."""
-    from training import loop
-
-    results = loop.evaluate(
-        step,
-        plan.eval_data,
-        max_batches=s.max_eval_steps,
-        output_dir=s.output_dir,
-        global_step=global_step,
-        log=log,
-    )
-    print(
-        "Evaluation: "
-        + "  ".join(
-            f"{k} = {v:.4f}" if isinstance(v, float) else f"{k} = {v}" for k, v in sorted(results.items())
-        ),
-        file=out,
-        flush=True,
-    )
-    return results
-
-
-def run(s: PretrainingSettings, stream=None) -> dict:
-    """Runs the job; returns {"resolved", "model" (the BertPretrainer), "step", "train" (last
-    metrics or None), "eval" (or None), "throughput"}. Problems the user can fix raise UserError
-    before any model is built."""
-    validate(s)
-    stream = stream if stream is not None else sys.stdout
-    with job.worker(s.use_horovod, s.deterministic, stream) as (dist, out):
-        plan = _plan(s, dist, out)
-        step = _build_step(s, plan, dist, out)
-        result = {
-            "resolved": plan.resolved,
-            "model": step.model,
-            "train": None,
-            "eval": None,
-            "throughput": None,
-        }
-        log = None
-        if s.do_train:
-            result["train"], log = _train(s, plan, step, out)
-            result["throughput"] = log.throughput()
-        elif plan.resume_from:
-            from bert.checkpoints import load_weights
-
-            load_weights(step.model, plan.resume_from)
-        # Without training: the step of the weights evaluated (the output_dir's, else --init_checkpoint's).
-        result["step"] = job.weights_step(step, s.do_train, plan.resume_from or s.init_checkpoint)
-        if plan.eval_data is not None:
-            result["eval"] = _evaluate(s, plan, step, result["step"], log, out)
-    return result
+        result["eval"] = results

@@ -1,4 +1,4 @@
-"""SQuAD v1.1 / v2.0 as a fine-tuning task for training.finetuning_job: windows of the training
+"""SQuAD v1.1 / v2.0 as a fine-tuning task of the one training job: windows of the training
 file in, predictions.json / nbest_predictions.json / null_odds.json and the official metrics out.
 
 Reading, windows and the n-best decoding are data/squad.py; the metrics data/squad_metrics.py.
@@ -9,13 +9,14 @@ from __future__ import annotations
 import os
 
 from common.errors import UserError
+from training.finetuning_job import FineTuningTask
 from training.finetuning_objectives import SpanObjective
 
 TRAIN_KEYS = ("input_ids", "input_mask", "segment_ids", "start_positions", "end_positions")
 PREDICT_KEYS = ("input_ids", "input_mask", "segment_ids")
 
 
-class SquadTask:
+class SquadTask(FineTuningTask):
     """train_file / predict_file: official SQuAD JSON. --do_predict writes the predictions of
     predict_file; --do_eval also scores them (the file must hold answers)."""
 
