@@ -10,7 +10,8 @@ only temporaries, which are ignored and cleaned. Each stage output directory hol
 A re-run skips an output whose file still has the recorded size and sha256, and redoes a
 missing or corrupt one; a change of any parameter (including the sha256 of the inputs)
 invalidates every recorded output. Under MPI each rank records into `manifest.<rank>.part.json`
-and rank 0 merges the parts, so no two processes ever write the same file.
+and rank 0 merges the parts, so no two processes ever write the same file. data/stage.py takes a
+stage's run through these steps in order.
 """
 
 from __future__ import annotations

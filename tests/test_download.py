@@ -13,7 +13,7 @@ import pytest
 
 from common.files import is_temporary
 from data.corpus import download
-from data.corpus.download import DownloadError, Source, download_dataset, fetch
+from data.corpus.download import DownloadError, Source, download_dataset, fetch, retry
 
 
 class FileServer:
@@ -25,6 +25,7 @@ class FileServer:
         self.cut_after = {}  # path -> list of byte counts: each request sends that many, then drops
         self.requests = []  # (method, path, Range header, If-Range header)
         self.ignore_range = False
+        self.errors = {}  # path -> list of HTTP statuses to answer, one per request, before the file
         server = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -38,6 +39,9 @@ class FileServer:
                     ("GET", self.path, self.headers.get("Range"), self.headers.get("If-Range"))
                 )
                 body = server.files.get(self.path)
+                if server.errors.get(self.path):
+                    self.send_error(server.errors[self.path].pop(0))
+                    return
                 if body is None:
                     self.send_error(404)
                     return
@@ -191,6 +195,31 @@ def test_server_without_range_support_restarts_from_zero(server, tmp_path):
     assert dest.read_bytes() == body
 
 
+def test_server_errors_are_retried_then_given_up_with_the_status(server, tmp_path):
+    body = _payload(1000)
+    server.files["/busy"] = body
+    server.errors["/busy"] = [503, 429]
+    dest = tmp_path / "busy"
+    assert fetch(server.url("/busy"), str(dest), retries=2, backoff=0, log=_quiet)["status"] == "downloaded"
+    assert dest.read_bytes() == body and len(server.requests) == 3
+    server.errors["/down"] = [503] * 5
+    server.files["/down"] = body
+    with pytest.raises(DownloadError, match=r"/down kept failing \(HTTP 503\); the partial file .* re-run"):
+        fetch(server.url("/down"), str(tmp_path / "down"), retries=2, backoff=0, log=_quiet)
+    assert [r[1] for r in server.requests].count("/down") == 3
+
+
+def test_a_refused_connection_is_retried_then_named(tmp_path):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    with pytest.raises(DownloadError, match=rf"Could not connect to http://127.0.0.1:{port}/f \("):
+        fetch(f"http://127.0.0.1:{port}/f", str(tmp_path / "f"), retries=1, backoff=0, log=_quiet)
+    assert os.listdir(tmp_path) == []
+
+
 def test_http_404_names_the_url(server, tmp_path):
     with pytest.raises(DownloadError, match=r"/missing answered HTTP 404"):
         fetch(server.url("/missing"), str(tmp_path / "m"), log=_quiet)
@@ -327,3 +356,47 @@ def test_builtin_sources_are_pinned():
     assert single.url.endswith("/enwiki/20240601/enwiki-20240601-pages-articles.xml.bz2")
     with pytest.raises(download.UserError, match="Unknown GLUE task"):
         download.glue_sources(["NOPE"])
+
+
+class Flaky:
+    """An attempt that raises the given errors in turn, then returns "done"; counts its calls."""
+
+    def __init__(self, *errors):
+        self.errors = list(errors)
+        self.calls = 0
+
+    def __call__(self):
+        self.calls += 1
+        if self.errors:
+            raise self.errors.pop(0)
+        return "done"
+
+
+def test_retry_waits_the_doubling_backoff_between_retried_errors():
+    attempt, sleeps, notices = Flaky(ConnectionError("a"), TimeoutError("b")), [], []
+    result = retry(
+        attempt,
+        attempts=3,
+        backoff=0.5,
+        retried=(ConnectionError, TimeoutError),
+        notice=lambda error, failures: notices.append((str(error), failures)),
+        sleep=sleeps.append,
+    )
+    assert (result, attempt.calls) == ("done", 3)
+    assert sleeps == [0.5, 1.0]
+    assert notices == [("a", 1), ("b", 2)]
+
+
+def test_retry_gives_up_after_its_attempts_with_the_last_error():
+    attempt, sleeps = Flaky(*(ConnectionError(f"drop {i}") for i in range(5))), []
+    with pytest.raises(ConnectionError, match="^drop 3$"):
+        retry(attempt, attempts=4, backoff=10, max_wait=15, retried=ConnectionError, sleep=sleeps.append)
+    assert attempt.calls == 4
+    assert sleeps == [10, 15, 15]  # no wait after the last attempt
+
+
+def test_retry_lets_any_other_error_through_at_once():
+    attempt, sleeps = Flaky(ValueError("bad"), ConnectionError("drop")), []
+    with pytest.raises(ValueError, match="bad"):
+        retry(attempt, attempts=5, backoff=1, retried=ConnectionError, sleep=sleeps.append)
+    assert (attempt.calls, sleeps) == (1, [])

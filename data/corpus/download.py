@@ -35,7 +35,7 @@ from common.errors import UserError
 from common.files import atomic_write, commit, ensure_writable_dir, sha256_file, temporary_name
 from data import paths
 from data.corpus.wikipedia import multistream_index_path
-from data.manifest import Manifest
+from data.stage import Stage
 
 USER_AGENT = "bert-tf2-data-prep/0.1 (+https://github.com/; resumable downloader)"
 CHUNK = 1 << 20
@@ -43,6 +43,15 @@ CHUNK = 1 << 20
 
 class DownloadError(UserError):
     """A download that cannot complete or does not verify; the message names the URL and what to do."""
+
+
+class _Interrupted(DownloadError):
+    """A transfer that stopped where another request can go on. The message is the one to give up
+    with; `notice(failures)`, when there is one, is the line to log before the next request."""
+
+    def __init__(self, message: str, notice=None):
+        super().__init__(message)
+        self.notice = notice
 
 
 @dataclasses.dataclass(frozen=True)
@@ -265,10 +274,32 @@ def _open(url: str, headers: dict, timeout: float):
     return urllib.request.urlopen(request, timeout=timeout)
 
 
+def retry(
+    attempt, *, attempts: int, backoff: float, retried, max_wait: float = 60, notice=None, sleep=time.sleep
+):
+    """Calls `attempt()` until it returns, and returns what it returned.
+
+    An error of a type in `retried` is tried again after backoff * 2**(k-1) seconds (at most
+    `max_wait`) at its k-th occurrence, `notice(error, k)` called first (a line for the log);
+    the error of the last of `attempts` calls propagates. Any other error propagates at once.
+    """
+    failures = 0
+    while True:
+        try:
+            return attempt()
+        except retried as error:
+            failures += 1
+            if failures >= attempts:
+                raise
+            if notice is not None:
+                notice(error, failures)
+        sleep(min(max_wait, backoff * 2 ** (failures - 1)))
+
+
 def read_small(url: str, timeout: float = 60, retries: int = 3) -> bytes:
     """Fetches a small text file (a checksum list) into memory, with retries."""
-    last = None
-    for attempt in range(retries + 1):
+
+    def attempt() -> bytes:
         try:
             with _open(url, {}, timeout) as response:
                 return response.read()
@@ -277,11 +308,14 @@ def read_small(url: str, timeout: float = 60, retries: int = 3) -> bytes:
                 raise DownloadError(
                     f"{url} answered HTTP {e.code} ({e.reason}); check the URL or the dump date."
                 ) from None
-            last = e
-        except _RETRYABLE as e:
-            last = e
-        time.sleep(min(30, 0.5 * 2**attempt))
-    raise DownloadError(f"Could not fetch {url} after {retries + 1} attempts ({last}); check the network.")
+            raise
+
+    try:
+        return retry(attempt, attempts=retries + 1, backoff=0.5, max_wait=30, retried=_RETRYABLE)
+    except _RETRYABLE as e:
+        raise DownloadError(
+            f"Could not fetch {url} after {retries + 1} attempts ({e}); check the network."
+        ) from None
 
 
 def published_md5(
@@ -377,116 +411,113 @@ def fetch(
     resumed_from = os.path.getsize(part) if os.path.isfile(part) else 0
     total = meta.get("total")
     progress = None
-    failures = 0
-    while True:
-        offset = os.path.getsize(part) if os.path.isfile(part) else 0
-        headers = {}
-        if offset:
-            headers["Range"] = f"bytes={offset}-"
-            if meta.get("validator"):
-                headers["If-Range"] = meta["validator"]
-        try:
-            response = _open(url, headers, timeout)
-        except urllib.error.HTTPError as e:
-            if e.code == 416 and offset:
-                _, server_total = _content_range(e.headers.get("Content-Range"))
-                if server_total is not None and server_total == offset:
-                    total = server_total
-                    break  # the .part already holds the whole file
-                os.remove(part)
-                continue
-            if e.code < 500 and e.code != 429:
-                raise DownloadError(
-                    f"{url} answered HTTP {e.code} ({e.reason}); check the URL, or use --mirror."
-                ) from None
-            failures += 1
-            if failures > retries:
-                raise DownloadError(
-                    f"{url} kept failing (HTTP {e.code}); the partial file {part} is kept, re-run to resume."
-                ) from None
-            time.sleep(min(60, backoff * 2 ** (failures - 1)))
-            continue
-        except _RETRYABLE as e:
-            failures += 1
-            if failures > retries:
-                raise DownloadError(
-                    f"Could not connect to {url} ({e}); the partial file {part} is kept, re-run to resume."
-                ) from None
-            time.sleep(min(60, backoff * 2 ** (failures - 1)))
-            continue
 
-        with response:
-            if response.status == 206:
-                start, server_total = _content_range(response.headers.get("Content-Range"))
-                if start != offset:
+    def attempt() -> None:
+        """One request, appending to `part` from where it stops; returns once `part` is whole."""
+        nonlocal meta, total, progress
+        while True:
+            offset = os.path.getsize(part) if os.path.isfile(part) else 0
+            headers = {}
+            if offset:
+                headers["Range"] = f"bytes={offset}-"
+                if meta.get("validator"):
+                    headers["If-Range"] = meta["validator"]
+            try:
+                response = _open(url, headers, timeout)
+            except urllib.error.HTTPError as e:
+                if e.code == 416 and offset:
+                    _, server_total = _content_range(e.headers.get("Content-Range"))
+                    if server_total is not None and server_total == offset:
+                        total = server_total
+                        return  # the .part already holds the whole file
                     os.remove(part)
                     continue
-                mode = "ab"
-            else:
-                # 200: the server ignored the range or the file changed (If-Range): start over.
-                mode, offset = "wb", 0
-                length = response.headers.get("Content-Length")
-                server_total = int(length) if length and length.isdigit() else None
-            if server_total is not None:
-                if size is not None and server_total != size:
-                    with contextlib.suppress(FileNotFoundError):
+                if e.code < 500 and e.code != 429:
+                    raise DownloadError(
+                        f"{url} answered HTTP {e.code} ({e.reason}); check the URL, or use --mirror."
+                    ) from None
+                raise _Interrupted(
+                    f"{url} kept failing (HTTP {e.code}); the partial file {part} is kept, re-run to resume."
+                ) from None
+            except _RETRYABLE as e:
+                raise _Interrupted(
+                    f"Could not connect to {url} ({e}); the partial file {part} is kept, re-run to resume."
+                ) from None
+
+            with response:
+                if response.status == 206:
+                    start, server_total = _content_range(response.headers.get("Content-Range"))
+                    if start != offset:
                         os.remove(part)
-                    raise DownloadError(
-                        f"{url}: the server announces {server_total:,} bytes but "
-                        f"{size:,} are expected; the source may have changed."
-                    )
-                total = server_total
-            etag = response.headers.get("ETag")
-            validator = etag if etag and not etag.startswith("W/") else response.headers.get("Last-Modified")
-            meta = {"url": url, "validator": validator, "total": total}
-            with open(meta_path, "w", encoding="utf-8") as f:
-                json.dump(meta, f)
-            if progress is None and progress_factory is not None:
-                progress = progress_factory(os.path.basename(dest), total or size)
-                progress.update(offset)
-            try:
-                with open(part, mode) as out:
-                    while True:
-                        chunk = response.read(CHUNK)
-                        if not chunk:
-                            break
-                        out.write(chunk)
-                        if progress is not None:
-                            progress.update(len(chunk))
-            except _RETRYABLE + (OSError,) as e:
-                if (
-                    isinstance(e, OSError)
-                    and not isinstance(e, (ConnectionError, TimeoutError))
-                    and e.errno is not None
-                ):
-                    raise DownloadError(
-                        f"Writing {part} failed ({e.strerror}); free disk space or choose another --data_dir."
-                    ) from None
-                failures += 1
-                have = os.path.getsize(part)
-                if failures > retries:
-                    raise DownloadError(
-                        f"The transfer of {url} kept breaking (last at {have:,} bytes: "
-                        f"{e!r}); the partial file {part} is kept, re-run to "
-                        f"resume."
-                    ) from None
-                log(
-                    f"[download] connection lost at {have:,} bytes ({type(e).__name__}); resuming "
-                    f"({failures}/{retries})."
+                        continue
+                    mode = "ab"
+                else:
+                    # 200: the server ignored the range or the file changed (If-Range): start over.
+                    mode, offset = "wb", 0
+                    length = response.headers.get("Content-Length")
+                    server_total = int(length) if length and length.isdigit() else None
+                if server_total is not None:
+                    if size is not None and server_total != size:
+                        with contextlib.suppress(FileNotFoundError):
+                            os.remove(part)
+                        raise DownloadError(
+                            f"{url}: the server announces {server_total:,} bytes but "
+                            f"{size:,} are expected; the source may have changed."
+                        )
+                    total = server_total
+                etag = response.headers.get("ETag")
+                validator = (
+                    etag if etag and not etag.startswith("W/") else response.headers.get("Last-Modified")
                 )
-                time.sleep(min(60, backoff * 2 ** (failures - 1)))
-                continue
-        have = os.path.getsize(part)
-        if total is not None and have < total:
-            failures += 1
-            if failures > retries:
-                raise DownloadError(
-                    f"The transfer of {url} stopped at {have:,} of {total:,} bytes; the "
-                    f"partial file {part} is kept, re-run to resume."
+                meta = {"url": url, "validator": validator, "total": total}
+                with open(meta_path, "w", encoding="utf-8") as f:
+                    json.dump(meta, f)
+                if progress is None and progress_factory is not None:
+                    progress = progress_factory(os.path.basename(dest), total or size)
+                    progress.update(offset)
+                try:
+                    with open(part, mode) as out:
+                        while True:
+                            chunk = response.read(CHUNK)
+                            if not chunk:
+                                break
+                            out.write(chunk)
+                            if progress is not None:
+                                progress.update(len(chunk))
+                except _RETRYABLE + (OSError,) as e:
+                    if (
+                        isinstance(e, OSError)
+                        and not isinstance(e, (ConnectionError, TimeoutError))
+                        and e.errno is not None
+                    ):
+                        raise DownloadError(
+                            f"Writing {part} failed ({e.strerror}); free disk space or choose another --data_dir."
+                        ) from None
+                    have, cause = os.path.getsize(part), type(e).__name__
+                    raise _Interrupted(
+                        f"The transfer of {url} kept breaking (last at {have:,} bytes: {e!r}); the partial "
+                        f"file {part} is kept, re-run to resume.",
+                        notice=lambda failures: (
+                            f"[download] connection lost at {have:,} bytes ({cause}); resuming "
+                            f"({failures}/{retries})."
+                        ),
+                    ) from None
+            have = os.path.getsize(part)
+            if total is not None and have < total:
+                raise _Interrupted(
+                    f"The transfer of {url} stopped at {have:,} of {total:,} bytes; the partial file "
+                    f"{part} is kept, re-run to resume.",
+                    notice=lambda _: (
+                        f"[download] transfer ended early at {have:,} of {total:,} bytes; resuming."
+                    ),
                 )
-            log(f"[download] transfer ended early at {have:,} of {total:,} bytes; resuming.")
-            continue
-        break
+            return
+
+    def notice(error, failures) -> None:
+        if error.notice is not None:
+            log(error.notice(failures))
+
+    retry(attempt, attempts=retries + 1, backoff=backoff, retried=_Interrupted, notice=notice)
 
     if progress is not None:
         progress.close()
@@ -593,18 +624,19 @@ def download_dataset(
     target = paths.download_dir(root, dataset)
     ensure_writable_dir(target, "download directory")
     sources = sources if sources is not None else dataset_sources(dataset, **source_options)
-    manifest = Manifest.load(target, "download", {"dataset": dataset})
+    stage = Stage(target, "download", {"dataset": dataset})
+    urls = {source.filename: source.url for source in sources}
+    todo = set(stage.todo(urls, current=lambda filename, counts: counts.get("url") == urls[filename]))
     stats = {"files": 0, "skipped": 0, "downloaded": 0, "resumed": 0, "bytes": 0}
     checksum_lists: dict = {}
     start = time.monotonic()
     for source in sources:
         url = with_mirror(source.url, mirror)
         dest = os.path.join(target, source.filename)
-        entry = manifest.outputs.get(source.filename, {})
         stats["files"] += 1
-        if entry.get("counts", {}).get("url") == source.url and manifest.verified(source.filename):
+        if source.filename not in todo:
             stats["skipped"] += 1
-            stats["bytes"] += entry["bytes"]
+            stats["bytes"] += stage.manifest.outputs[source.filename]["bytes"]
             log(f"[download] {source.filename}: present and verified, skipped.")
             continue
         md5 = source.md5
@@ -631,13 +663,13 @@ def download_dataset(
             )
             log(f"[download] extracted {', '.join(extracted)} from {source.filename}")
         counts = {"url": source.url, "md5": md5} if md5 else {"url": source.url}
-        manifest.record(source.filename, counts)
+        stage.land({source.filename: counts})
         stats[result["status"] if result["status"] != "present" else "skipped"] += 1
         stats["bytes"] += result["bytes"]
     mrpc_dir = os.path.join(target, "MRPC")
     if all(os.path.isfile(os.path.join(mrpc_dir, s.filename.split("/", 1)[1])) for s in MRPC_SOURCES):
         format_mrpc(mrpc_dir)
-    manifest.mark_complete()
+    stage.complete()
     stats["seconds"] = round(time.monotonic() - start, 2)
     stats["directory"] = target
     return stats

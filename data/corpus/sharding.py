@@ -33,11 +33,12 @@ import sys
 import time
 
 from common.errors import UserError
-from common.files import commit, ensure_writable_dir, remove_stale_temporaries, temporary_name
+from common.files import ensure_writable_dir
 from data import paths
 from data.corpus.segmentation import split_long, split_sentences
 from data.corpus.text_formatting import Utf8Decoder
-from data.manifest import Manifest, input_identity
+from data.manifest import input_identity
+from data.stage import Stage
 
 SEGMENTER_VERSION = 1
 DEFAULT_MAX_SENTENCE_CHARS = 2048
@@ -301,99 +302,99 @@ def shard_corpus(
         "max_sentence_chars": max_sentence_chars,
         "segmenter_version": SEGMENTER_VERSION,
     }
-    manifest = Manifest.load(output_dir, "sharding", params)
+    stage = Stage(output_dir, "sharding", params, verify=verify, log=log)
     shards = {("training", i): paths.shard_name(dataset, "training", i) for i in range(n_training_shards)}
     shards.update({("test", i): paths.shard_name(dataset, "test", i) for i in range(n_test_shards)})
     relpaths = {key: f"{key[0]}/{name}" for key, name in shards.items()}
-    todo = {key for key, rel in relpaths.items() if not manifest.verified(rel, verify)}
-    if not todo:
+
+    def work(todo_relpaths):
+        redo = set(todo_relpaths)
+        todo = {key for key, rel in relpaths.items() if rel in redo}
+        if len(todo) < len(relpaths):
+            log(f"[sharding] {len(relpaths) - len(todo)} shards verified; redoing {len(todo)}.")
+        start = time.monotonic()
+        n_documents = sum(1 for _ in _documents(input_files))
+        n_test_docs = int(n_documents * fraction_test)
+        if n_documents - n_test_docs < n_training_shards:
+            raise UserError(
+                f"The corpus has {n_documents} documents ({n_documents - n_test_docs} for training), "
+                f"fewer than --n_training_shards {n_training_shards}; use fewer shards or more data."
+            )
+        if n_test_docs < n_test_shards:
+            raise UserError(
+                f"Only {n_test_docs} of {n_documents} documents go to the test set "
+                f"(--fraction_test_set {fraction_test}), fewer than --n_test_shards {n_test_shards}; "
+                f"lower --n_test_shards or raise --fraction_test_set."
+            )
+
+        for split in paths.SPLITS:
+            os.makedirs(os.path.join(output_dir, split), exist_ok=True)
+        heaps = {
+            "training": [(0, i) for i in range(n_training_shards)],
+            "test": [(0, i) for i in range(n_test_shards)],
+        }
+        shard_stats = {
+            key: dict.fromkeys(("documents", *_SEGMENT_STATS, "input_bytes"), 0) for key in relpaths
+        }
+        invalid_utf8 = 0
+        total_bytes = sum(os.path.getsize(p) for p in input_files)
+        progress = progress_factory("sharding", total_bytes) if progress_factory else None
+        n_workers = min(n_processes, len(todo))
+        owners = None
+        with stage.writing(todo_relpaths) as temporaries:
+            targets = {key: temporaries[relpaths[key]] for key in todo}
+            try:
+                if n_workers > 1:
+                    owners = _Workers(n_workers, input_files, targets, max_sentence_chars, buffer_bytes)
+                else:
+                    owners = _Segmenter(targets, max_sentence_chars, buffer_bytes)
+                for index, (file_index, offset, line) in enumerate(_documents(input_files)):
+                    size = len(line)
+                    is_test = (index + 1) * n_test_docs // n_documents > index * n_test_docs // n_documents
+                    heap = heaps["test" if is_test else "training"]
+                    load, shard = heapq.heappop(heap)
+                    heapq.heappush(heap, (load + size, shard))
+                    key = ("test" if is_test else "training", shard)
+                    shard_stats[key]["documents"] += 1
+                    shard_stats[key]["input_bytes"] += size
+                    if progress is not None:
+                        progress.update(size)
+                    if key in todo:
+                        owners.add(key, file_index, offset, line)
+                digests = {}
+                for stats, invalid, shard_digests in owners.finish():
+                    invalid_utf8 += invalid
+                    digests.update({relpaths[key]: digest for key, digest in shard_digests.items()})
+                    for key, counts in stats.items():
+                        shard_stats[key].update(counts)
+            except BaseException:
+                if isinstance(owners, _Workers):
+                    owners.stop()
+                raise
+        if progress is not None:
+            progress.close()
+        stage.land({relpaths[key]: shard_stats[key] for key in sorted(todo)}, sha256=digests)
+
+        loads = sorted(size for size, _ in heaps["training"])
+        return {
+            **stage.manifest.totals(relpaths.values()),
+            "shards": len(relpaths),
+            "redone": len(todo),
+            "training_documents": n_documents - n_test_docs,
+            "test_documents": n_test_docs,
+            "training_shard_bytes_min": loads[0],
+            "training_shard_bytes_max": loads[-1],
+            "invalid_utf8_sequences": invalid_utf8,  # in the documents this run wrote
+            "seconds": round(time.monotonic() - start, 3),
+        }
+
+    result = stage.run(list(relpaths.values()), work, folders=paths.SPLITS)
+    if result is None:
         log(f"[sharding] all {len(relpaths)} shards in {output_dir} are complete and verified; skipped.")
-        return {**manifest.totals(relpaths.values()), "shards": len(relpaths), "redone": 0, "skipped": True}
-    if len(todo) < len(relpaths):
-        log(f"[sharding] {len(relpaths) - len(todo)} shards verified; redoing {len(todo)}.")
-
-    start = time.monotonic()
-    n_documents = sum(1 for _ in _documents(input_files))
-    n_test_docs = int(n_documents * fraction_test)
-    if n_documents - n_test_docs < n_training_shards:
-        raise UserError(
-            f"The corpus has {n_documents} documents ({n_documents - n_test_docs} for training), "
-            f"fewer than --n_training_shards {n_training_shards}; use fewer shards or more data."
-        )
-    if n_test_docs < n_test_shards:
-        raise UserError(
-            f"Only {n_test_docs} of {n_documents} documents go to the test set "
-            f"(--fraction_test_set {fraction_test}), fewer than --n_test_shards {n_test_shards}; "
-            f"lower --n_test_shards or raise --fraction_test_set."
-        )
-
-    for split in paths.SPLITS:
-        os.makedirs(os.path.join(output_dir, split), exist_ok=True)
-    for split in paths.SPLITS:
-        remove_stale_temporaries(os.path.join(output_dir, split))
-    targets = {key: temporary_name(os.path.join(output_dir, relpaths[key])) for key in todo}
-    heaps = {
-        "training": [(0, i) for i in range(n_training_shards)],
-        "test": [(0, i) for i in range(n_test_shards)],
-    }
-    shard_stats = {key: dict.fromkeys(("documents", *_SEGMENT_STATS, "input_bytes"), 0) for key in relpaths}
-    invalid_utf8 = 0
-    total_bytes = sum(os.path.getsize(p) for p in input_files)
-    progress = progress_factory("sharding", total_bytes) if progress_factory else None
-    n_workers = min(n_processes, len(todo))
-    owners = None
-    try:
-        if n_workers > 1:
-            owners = _Workers(n_workers, input_files, targets, max_sentence_chars, buffer_bytes)
-        else:
-            owners = _Segmenter(targets, max_sentence_chars, buffer_bytes)
-        for index, (file_index, offset, line) in enumerate(_documents(input_files)):
-            size = len(line)
-            is_test = (index + 1) * n_test_docs // n_documents > index * n_test_docs // n_documents
-            heap = heaps["test" if is_test else "training"]
-            load, shard = heapq.heappop(heap)
-            heapq.heappush(heap, (load + size, shard))
-            key = ("test" if is_test else "training", shard)
-            shard_stats[key]["documents"] += 1
-            shard_stats[key]["input_bytes"] += size
-            if progress is not None:
-                progress.update(size)
-            if key in todo:
-                owners.add(key, file_index, offset, line)
-        digests = {}
-        for stats, invalid, shard_digests in owners.finish():
-            invalid_utf8 += invalid
-            digests.update(shard_digests)
-            for key, counts in stats.items():
-                shard_stats[key].update(counts)
-    except BaseException:
-        if isinstance(owners, _Workers):
-            owners.stop()
-        for path in targets.values():
-            if os.path.exists(path):
-                os.remove(path)
-        raise
-    if progress is not None:
-        progress.close()
-
-    for key in sorted(todo):
-        final = os.path.join(output_dir, relpaths[key])
-        commit(targets[key], final)
-        manifest.record(relpaths[key], shard_stats[key], sha256=digests[key], save=False)
-    manifest.save()
-    manifest.mark_complete()
-
-    totals = manifest.totals(relpaths.values())
-    loads = sorted(size for size, _ in heaps["training"])
-    result = {
-        **totals,
-        "shards": len(relpaths),
-        "redone": len(todo),
-        "training_documents": n_documents - n_test_docs,
-        "test_documents": n_test_docs,
-        "training_shard_bytes_min": loads[0],
-        "training_shard_bytes_max": loads[-1],
-        "invalid_utf8_sequences": invalid_utf8,  # in the documents this run wrote
-        "seconds": round(time.monotonic() - start, 3),
-    }
+        return {
+            **stage.manifest.totals(relpaths.values()),
+            "shards": len(relpaths),
+            "redone": 0,
+            "skipped": True,
+        }
     return result

@@ -38,10 +38,11 @@ import time
 import xml.etree.ElementTree as ET
 
 from common.errors import UserError
-from common.files import atomic_write, ensure_writable_dir, remove_stale_temporaries
+from common.files import atomic_write, ensure_writable_dir
 from data.corpus import wikipedia
 from data.corpus.parallel import bounded_imap
-from data.manifest import Manifest, input_identity
+from data.manifest import input_identity
+from data.stage import Stage
 
 INPUT_FORMATS = ("auto", "wikipedia", "text", "jsonl")
 # Bump when the cleaning rules change, so stale formatted files are redone.
@@ -582,45 +583,47 @@ def format_corpus(
         "max_document_chars": max_document_chars,
         "version": FORMAT_VERSION,
     }
-    manifest = Manifest.load(directory, "text_formatting", params)
+    stage = Stage(directory, "text_formatting", params, verify=verify, log=log)
     name = os.path.basename(output_file)
-    if manifest.verified(name, verify):
-        log(f"[text_formatting] {output_file} is complete and verified; skipped.")
-        return {**manifest.counts(name), "skipped": True}
 
-    start = time.monotonic()
-    stats = dict.fromkeys(STAT_KEYS, 0)
-    total = sum(os.path.getsize(p) for p in inputs)
-    progress = progress_factory("text_formatting", total) if progress_factory else None
-    remove_stale_temporaries(os.path.dirname(os.path.abspath(output_file)))
-    with atomic_write(output_file, "wb") as out:
-        for path in inputs:
-            for block, documents in document_blocks(
-                path,
-                stats,
-                input_format=input_format,
-                progress=progress,
-                n_processes=n_processes,
-                text_key=text_key,
-                one_document_per_line=one_document_per_line,
-                max_document_chars=max_document_chars,
-                log=log,
-            ):
-                out.write(block)
-                stats["documents"] += documents
-                stats["bytes_out"] += len(block)
-        out.flush()
-    if progress is not None:
-        progress.close()
-    stats["bytes_in"] = total
-    stats["seconds"] = round(time.monotonic() - start, 3)
-    if stats["documents"] == 0:
-        os.remove(output_file)
-        raise UserError(
-            f"No documents left after formatting {', '.join(inputs)} "
-            f"({stats['input_documents']} read, {stats['empty_documents']} empty); check the "
-            f"input format (--input_format, --text_key)."
-        )
-    manifest.record(name, stats)
-    manifest.mark_complete()
+    def work(_todo):
+        start = time.monotonic()
+        stats = dict.fromkeys(STAT_KEYS, 0)
+        total = sum(os.path.getsize(p) for p in inputs)
+        progress = progress_factory("text_formatting", total) if progress_factory else None
+        with atomic_write(output_file, "wb") as out:
+            for path in inputs:
+                for block, documents in document_blocks(
+                    path,
+                    stats,
+                    input_format=input_format,
+                    progress=progress,
+                    n_processes=n_processes,
+                    text_key=text_key,
+                    one_document_per_line=one_document_per_line,
+                    max_document_chars=max_document_chars,
+                    log=log,
+                ):
+                    out.write(block)
+                    stats["documents"] += documents
+                    stats["bytes_out"] += len(block)
+            out.flush()
+        if progress is not None:
+            progress.close()
+        stats["bytes_in"] = total
+        stats["seconds"] = round(time.monotonic() - start, 3)
+        if stats["documents"] == 0:
+            os.remove(output_file)
+            raise UserError(
+                f"No documents left after formatting {', '.join(inputs)} "
+                f"({stats['input_documents']} read, {stats['empty_documents']} empty); check the "
+                f"input format (--input_format, --text_key)."
+            )
+        stage.land({name: stats})
+        return stats
+
+    stats = stage.run([name], work)
+    if stats is None:
+        log(f"[text_formatting] {output_file} is complete and verified; skipped.")
+        return {**stage.manifest.counts(name), "skipped": True}
     return stats

@@ -25,15 +25,9 @@ import time
 
 from bert.tokenization import SPECIAL_TOKENS, check_special_tokens, load_vocab
 from common.errors import UserError
-from common.files import (
-    atomic_path,
-    atomic_write,
-    commit,
-    ensure_writable_dir,
-    remove_stale_temporaries,
-    temporary_name,
-)
-from data.manifest import Manifest, input_identity
+from common.files import atomic_path, atomic_write, commit, ensure_writable_dir, temporary_name
+from data.manifest import input_identity
+from data.stage import Stage
 
 VOCAB_KINDS = ("wordpiece", "sentencepiece")
 VOCAB_FILE = "vocab.txt"
@@ -219,45 +213,48 @@ def build_vocab(
         "spm_model_type": spm_model_type,
         "spm_max_sentences": spm_max_sentences,
     }
-    manifest = Manifest.load(output_dir, f"vocab_{kind}", params)
+    stage = Stage(output_dir, f"vocab_{kind}", params, verify=verify, log=log)
     output = os.path.join(output_dir, name)
-    if manifest.verified(name, verify):
+
+    def work(_todo):
+        start = time.monotonic()
+        if kind == "wordpiece":
+            size = train_wordpiece(
+                training_files,
+                output,
+                vocab_size=vocab_size,
+                do_lower_case=do_lower_case,
+                min_frequency=min_frequency,
+                unused_tokens=unused_tokens,
+            )
+            check_special_tokens(load_vocab(output), output)
+        else:
+            size = train_sentencepiece(
+                training_files,
+                output,
+                vocab_size=vocab_size,
+                do_lower_case=do_lower_case,
+                model_type=spm_model_type,
+                max_sentences=spm_max_sentences,
+                unused_tokens=unused_tokens,
+            )
+        if size < vocab_size:
+            log(f"[vocab] the corpus supports only {size} entries (asked for {vocab_size}).")
+        stats = {
+            "vocab_size": size,
+            "training_shards": len(training_files),
+            "input_bytes": sum(os.path.getsize(p) for p in training_files),
+            "seconds": round(time.monotonic() - start, 3),
+        }
+        stage.land({name: stats})
+        return {**stats, "path": output}
+
+    cleared = f"[vocab] removed the temporary files of an interrupted run in {output_dir}."
+    result = stage.run([name], work, cleared=cleared)
+    if result is None:
         log(f"[vocab] {output} is complete and verified; skipped.")
-        return {**manifest.counts(name), "path": output, "skipped": True}
-    if remove_stale_temporaries(output_dir):
-        log(f"[vocab] removed the temporary files of an interrupted run in {output_dir}.")
-    start = time.monotonic()
-    if kind == "wordpiece":
-        size = train_wordpiece(
-            training_files,
-            output,
-            vocab_size=vocab_size,
-            do_lower_case=do_lower_case,
-            min_frequency=min_frequency,
-            unused_tokens=unused_tokens,
-        )
-        check_special_tokens(load_vocab(output), output)
-    else:
-        size = train_sentencepiece(
-            training_files,
-            output,
-            vocab_size=vocab_size,
-            do_lower_case=do_lower_case,
-            model_type=spm_model_type,
-            max_sentences=spm_max_sentences,
-            unused_tokens=unused_tokens,
-        )
-    if size < vocab_size:
-        log(f"[vocab] the corpus supports only {size} entries (asked for {vocab_size}).")
-    stats = {
-        "vocab_size": size,
-        "training_shards": len(training_files),
-        "input_bytes": sum(os.path.getsize(p) for p in training_files),
-        "seconds": round(time.monotonic() - start, 3),
-    }
-    manifest.record(name, stats)
-    manifest.mark_complete()
-    return {**stats, "path": output}
+        return {**stage.manifest.counts(name), "path": output, "skipped": True}
+    return result
 
 
 def copy_vocab(vocab_file: str, output_dir: str) -> str:

@@ -17,10 +17,11 @@ import sys
 import time
 
 from common.errors import UserError
-from common.files import ensure_writable_dir, read_json, remove_stale_temporaries, sha256_file
+from common.files import ensure_writable_dir, read_json, sha256_file
 from data import paths
 from data.corpus.parallel import bounded_imap, report_progress
 from data.manifest import Manifest
+from data.stage import Stage
 
 TFRECORD_STAGE = "create_tfrecord_files"
 _SHARD_INDEX = re.compile(r"_(\d+)\.txt$")
@@ -166,10 +167,10 @@ def _tokenizer_args(vocab_file, spm_model_file, do_lower_case) -> dict:
 
 @dataclasses.dataclass
 class _RankPlan:
-    """What one rank writes: its manifest (a part of it when there are several ranks), its shards
-    and, of those, the tasks whose outputs are missing or do not verify."""
+    """What one rank writes: its stage (over a part of the manifest when there are several
+    ranks), its shards and, of those, the tasks whose outputs are missing or do not verify."""
 
-    manifest: Manifest
+    stage: Stage
     shards: list
     tasks: list
     skipped: int
@@ -177,40 +178,38 @@ class _RankPlan:
 
 def _plan_rank(shard_dir, output_dir, relpaths, params, options, random_seed, rank, world, comm, verify, log):
     # Every rank decides what is left to do from the same files, before anyone writes.
-    manifest = Manifest.load(output_dir, TFRECORD_STAGE, params)
+    part = f"rank{rank}" if world > 1 else None
+    stage = Stage(output_dir, TFRECORD_STAGE, params, verify=verify, part=part)
     mine = assign_to_ranks(shard_dir, relpaths, world)[rank]
     input_sha = {rel: sha256_file(os.path.join(shard_dir, rel)) for rel in mine}
     if comm is not None:
         comm.Barrier()
-    if world > 1:
-        manifest = Manifest.load(output_dir, TFRECORD_STAGE, params, part=f"rank{rank}")
     if rank == 0:
-        removed = sum(remove_stale_temporaries(os.path.join(output_dir, split)) for split in paths.SPLITS)
+        removed = stage.clear(paths.SPLITS)
         if removed:
             log(f"[{TFRECORD_STAGE}] removed {removed} temporary file(s) of an interrupted run.")
     if comm is not None:
         comm.Barrier()
 
-    tasks = []
-    for rel in mine:
-        out = _output_rel(rel)
-        if manifest.verified(out, verify) and manifest.counts(out).get("input_sha256") == input_sha[rel]:
-            continue
-        manifest.forget(out)
-        tasks.append(
-            {
-                "relpath": rel,
-                "input": os.path.join(shard_dir, rel),
-                "output": os.path.join(output_dir, out),
-                "input_sha256": input_sha[rel],
-                "seed": shard_seed(random_seed, rel),
-                "options": options,
-            }
-        )
+    inputs = {_output_rel(rel): rel for rel in mine}
+    todo = stage.todo(
+        inputs, current=lambda out, counts: counts.get("input_sha256") == input_sha[inputs[out]]
+    )
+    tasks = [
+        {
+            "relpath": inputs[out],
+            "input": os.path.join(shard_dir, inputs[out]),
+            "output": os.path.join(output_dir, out),
+            "input_sha256": input_sha[inputs[out]],
+            "seed": shard_seed(random_seed, inputs[out]),
+            "options": options,
+        }
+        for out in todo
+    ]
     skipped = len(mine) - len(tasks)
     if skipped:
         log(f"[{TFRECORD_STAGE}] rank {rank}: {skipped} of {len(mine)} outputs verified; skipped.")
-    return _RankPlan(manifest, mine, tasks, skipped)
+    return _RankPlan(stage, mine, tasks, skipped)
 
 
 def _write_tasks(plan: _RankPlan, tokenizer_args, n_processes, progress, log) -> list[str]:
@@ -233,7 +232,7 @@ def _write_tasks(plan: _RankPlan, tokenizer_args, n_processes, progress, log) ->
             failures.append(error)
             continue
         counts = {**stats, "input_sha256": task["input_sha256"], "seed": task["seed"]}
-        plan.manifest.record(_output_rel(task["relpath"]), counts)
+        plan.stage.land({_output_rel(task["relpath"]): counts})
         if stats.get("instances", 0) == 0:
             log(f"[{TFRECORD_STAGE}] warning: {task['relpath']} produced no instances (too little text).")
     return failures
@@ -336,7 +335,7 @@ def create_tfrecord_files(
     }
     errors = failures
     if comm is not None:
-        local, errors = _gather(comm, rank, plan.manifest, local, failures)
+        local, errors = _gather(comm, rank, plan.stage.manifest, local, failures)
     if errors:
         raise UserError(
             f"{len(errors)} shard(s) failed and were left without output (re-run to retry "
