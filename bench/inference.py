@@ -21,12 +21,13 @@ import argparse
 import os
 import sys
 import tempfile
-import time
 
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+
+from bench import harness  # noqa: E402  (after the path insert)
 
 CONFIGS = {
     "tiny": "bert_tiny.json",
@@ -35,10 +36,6 @@ CONFIGS = {
     "base": "bert_base.json",
 }
 SEQ_LENGTHS = {"glue": 128, "squad": 384}
-
-
-def percentile(values, q):
-    return float(np.percentile(np.asarray(values), q))
 
 
 def random_inputs(vocab_size: int, batch: int, seq: int, seed: int = 0) -> dict:
@@ -55,18 +52,7 @@ def random_inputs(vocab_size: int, batch: int, seq: int, seed: int = 0) -> dict:
     return {"input_ids": ids, "input_mask": mask, "segment_ids": segments}
 
 
-def time_requests(call, inputs, requests: int, warmup: int):
-    for _ in range(warmup):
-        call(inputs)
-    latencies = []
-    for _ in range(requests):
-        started = time.perf_counter()
-        call(inputs)
-        latencies.append(time.perf_counter() - started)
-    return latencies
-
-
-def main(argv=None) -> int:
+def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -79,48 +65,64 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.quick:
         args.model, args.requests, args.warmup = "tiny", 10, 2
+    return args
 
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+def serving_paths(config, task: str, export_root: str) -> dict:
+    """{path name: call(features) -> numpy outputs}: the task's model exported and loaded back as
+    `--export_dir` writes it, and the in-memory model under XLA."""
     import tensorflow as tf
 
-    from bert.config import read_config_file
     from bert.finetuning import BertClassifier, BertSpanModel
     from training.export import export_saved_model
 
-    config = read_config_file(os.path.join(ROOT, "configs", CONFIGS[args.model]))
-    batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
+    model = BertSpanModel(config) if task == "squad" else BertClassifier(config, 2)
+    outputs = ("start_logits", "end_logits") if task == "squad" else ("logits",)
+    export_dir = export_saved_model(model, os.path.join(export_root, task), outputs)
+    serve = tf.saved_model.load(export_dir).signatures["serving_default"]
+    keras_call = tf.function(lambda x: model(x, training=False), jit_compile=True)
+    return {
+        "savedmodel": lambda x: [t.numpy() for t in serve(**x).values()],
+        "keras+xla": lambda x: [t.numpy() for t in keras_call(x).values()],
+    }
+
+
+def measure(config, args) -> list[list]:
+    """One row per task x batch size x path: sequences/s and latency percentiles in ms."""
+    import tensorflow as tf
+
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for task in args.tasks.split(","):
-            model = BertSpanModel(config) if task == "squad" else BertClassifier(config, 2)
-            outputs = ("start_logits", "end_logits") if task == "squad" else ("logits",)
-            export_dir = export_saved_model(model, os.path.join(tmp, task), outputs)
-            serve = tf.saved_model.load(export_dir).signatures["serving_default"]
-            keras_call = tf.function(lambda x, m=model: m(x, training=False), jit_compile=True)
+            paths = serving_paths(config, task, tmp)
             seq = SEQ_LENGTHS[task]
-            for batch in batch_sizes:
+            for batch in (int(b) for b in args.batch_sizes.split(",")):
                 inputs = random_inputs(config.vocab_size, batch, seq)
                 tensors = {k: tf.constant(v) for k, v in inputs.items()}
-                paths = {
-                    "savedmodel": lambda x: [t.numpy() for t in serve(**x).values()],
-                    "keras+xla": lambda x: [t.numpy() for t in keras_call(x).values()],
-                }
                 for path, call in paths.items():
-                    latencies = time_requests(call, tensors, args.requests, args.warmup)
-                    rows.append((task, seq, batch, path, batch * len(latencies) / sum(latencies), latencies))
-                    print(f"[bench] {task} batch {batch} {path}: done", file=sys.stderr, flush=True)
+                    latencies = harness.timed_calls(lambda: call(tensors), args.requests, args.warmup)
+                    ms = [1000 * float(np.percentile(latencies, q)) for q in (50, 90, 99)] + [
+                        1000 * max(latencies)
+                    ]
+                    rate = batch * len(latencies) / sum(latencies)
+                    rows.append([task, seq, batch, path, f"{rate:.1f}", *(f"{v:.1f}" for v in ms)])
+                    harness.log(f"{task} batch {batch} {path}: done")
+    return rows
 
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from bert.config import read_config_file
+
+    config = read_config_file(os.path.join(ROOT, "configs", CONFIGS[args.model]))
+    rows = measure(config, args)
     print(
         f"\nInference, {args.model} ({config.num_hidden_layers} layers x {config.hidden_size}), "
         f"{args.requests} timed requests per row, fp32, {os.cpu_count()} CPU cores\n"
     )
-    print("| task | seq | batch | path | seq/s | p50 ms | p90 ms | p99 ms | max ms |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    for task, seq, batch, path, rate, lat in rows:
-        ms = [1000 * percentile(lat, q) for q in (50, 90, 99)] + [1000 * max(lat)]
-        print(
-            f"| {task} | {seq} | {batch} | {path} | {rate:.1f} | " + " | ".join(f"{v:.1f}" for v in ms) + " |"
-        )
+    headers = ["task", "seq", "batch", "path", "seq/s", "p50 ms", "p90 ms", "p99 ms", "max ms"]
+    print(harness.markdown_table(headers, rows))
     return 0
 
 

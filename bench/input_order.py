@@ -33,12 +33,15 @@ import random
 import statistics
 import sys
 import tempfile
-import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-PHASES = {1: (128, 20), 2: (512, 80)}
+from bench import harness  # noqa: E402  (after the path insert)
+
+PHASES = {1: (128, 20), 2: (512, 80)}  # phase -> (S, P)
+BATCHES = {1: 64, 2: 8}  # micro-batch per worker
+SEED = 7
 
 
 def write_files(directory, files, records, seq, predictions, seed=0):
@@ -109,22 +112,10 @@ def global_order(files, batch, seq, predictions, workers, rank, seed, window, st
 def rate(dataset, batch, seconds):
     """Sequences/s out of `dataset` over about `seconds`, after 20 warm-up batches."""
     iterator = iter(dataset)
-    for _ in range(20):
-        next(iterator)
-    n, started = 0, time.perf_counter()
-    while time.perf_counter() - started < seconds:
-        next(iterator)
-        n += 1
-    return n * batch / (time.perf_counter() - started)
+    return batch * harness.calls_per_second(lambda: next(iterator), seconds, warmup=20)
 
 
-def first_batch_seconds(make):
-    started = time.perf_counter()
-    next(iter(make()))
-    return time.perf_counter() - started
-
-
-def main(argv=None):
+def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -136,82 +127,93 @@ def main(argv=None):
     parser.add_argument("--seconds", type=float, default=5.0, help="per measurement")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)
+    args.phases = [int(p) for p in args.phases.split(",")]
+    args.workers = [int(w) for w in args.workers.split(",")]
+    return args
+
+
+def write_phase(directory, phase, args):
+    """The phase's TFRecords: --files files of --records records (phase 2: a quarter)."""
+    seq, predictions = PHASES[phase]
+    records = args.records if phase == 1 else max(1, args.records // 4)
+    directory = os.path.join(directory, f"phase{phase}")
+    os.makedirs(directory)
+    print(f"writing phase {phase}: {args.files} files x {records} records ...", file=sys.stderr)
+    files = write_files(directory, args.files, records, seq, predictions)
+    megabytes = sum(os.path.getsize(f) for f in files) / 1e6
+    print(f"phase {phase}: {megabytes:.0f} MB of TFRecords", file=sys.stderr)
+    return files
+
+
+def throughput_rows(files, counts, phase, args):
+    """Worker 0's sequences/s through both pipelines for each worker count, interleaved repeats."""
+    seq, predictions = PHASES[phase]
+    batch = BATCHES[phase]
+    rows = []
+    for workers in args.workers:
+        makers = {
+            "global order": lambda w=workers: global_order(
+                files, batch, seq, predictions, w, 0, SEED, args.window, counts=counts
+            ),
+            "per-worker files": lambda w=workers: per_worker_files(
+                files, batch, seq, predictions, w, 0, SEED
+            ),
+        }
+        measured = {name: [] for name in makers}
+        for _, name in harness.interleaved(makers, args.repeats):
+            measured[name].append(rate(makers[name](), batch, args.seconds))
+        peer = statistics.median(measured["per-worker files"])
+        for name, values in measured.items():
+            rows.append(
+                [
+                    f"phase {phase} (s{seq}, b{batch})",
+                    workers,
+                    name,
+                    harness.median_range(values, "{:,.0f}"),
+                    f"{statistics.median(values) / peer:.2f}",
+                ]
+            )
+    return rows
+
+
+def start_up_rows(files, counts, phase, args):
+    """Seconds to the first micro-batch of one worker from sequence 0 and from mid-epoch."""
+    seq, predictions = PHASES[phase]
+    batch = BATCHES[phase]
+    middle = sum(counts) // 2 + 17
+    rows = []
+    for start, where in ((0, "0"), (middle, f"{middle} (mid-epoch)")):
+        seconds, _ = harness.timed(
+            lambda start=start: next(
+                iter(global_order(files, batch, seq, predictions, 1, 0, SEED, args.window, start, counts))
+            )
+        )
+        rows.append(
+            [f"phase {phase}: first batch from sequence {where}", "", "global order", f"{seconds:.2f} s", ""]
+        )
+    return rows
+
+
+def main(argv=None):
+    args = parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from training.input_pipeline import record_counts
 
-    batches = {1: 64, 2: 8}
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-input-order-") as tmp:
-        for phase in (int(p) for p in args.phases.split(",")):
-            seq, predictions = PHASES[phase]
-            records = args.records if phase == 1 else max(1, args.records // 4)
-            directory = os.path.join(tmp, f"phase{phase}")
-            os.makedirs(directory)
-            print(f"writing phase {phase}: {args.files} files x {records} records ...", file=sys.stderr)
-            files = write_files(directory, args.files, records, seq, predictions)
-            megabytes = sum(os.path.getsize(f) for f in files) / 1e6
+        for phase in args.phases:
+            files = write_phase(tmp, phase, args)
             counts = record_counts(files)
-            batch = batches[phase]
-            for workers in (int(w) for w in args.workers.split(",")):
-                makers = {
-                    "global order": lambda w=workers: global_order(
-                        files, batch, seq, predictions, w, 0, 7, args.window, counts=counts
-                    ),
-                    "per-worker files": lambda w=workers: per_worker_files(
-                        files, batch, seq, predictions, w, 0, 7
-                    ),
-                }
-                measured = {name: [] for name in makers}
-                for _ in range(args.repeats):
-                    for name, make in makers.items():
-                        measured[name].append(rate(make(), batch, args.seconds))
-                peer = statistics.median(measured["per-worker files"])
-                for name, values in measured.items():
-                    median = statistics.median(values)
-                    rows.append(
-                        (
-                            f"phase {phase} (s{seq}, b{batch})",
-                            workers,
-                            name,
-                            f"{median:,.0f} ({min(values):,.0f}-{max(values):,.0f})",
-                            f"{median / peer:.2f}",
-                        )
-                    )
-            middle = sum(counts) // 2 + 17
-            starts = {
-                "0": first_batch_seconds(
-                    lambda: global_order(files, batch, seq, predictions, 1, 0, 7, args.window, counts=counts)
-                ),
-                f"{middle} (mid-epoch)": first_batch_seconds(
-                    lambda: global_order(
-                        files,
-                        batch,
-                        seq,
-                        predictions,
-                        1,
-                        0,
-                        7,
-                        args.window,
-                        start=middle,
-                        counts=counts,
-                    )
-                ),
-            }
-            for where, seconds in starts.items():
-                rows.append(
-                    (
-                        f"phase {phase}: first batch from sequence {where}",
-                        "",
-                        "global order",
-                        f"{seconds:.2f} s",
-                        "",
-                    )
-                )
-            print(f"phase {phase}: {megabytes:.0f} MB of TFRecords", file=sys.stderr)
-    print("| input | workers | pipeline | sequences/s of worker 0, median (min-max) | / per-worker files |")
-    print("|---|---|---|---|---|")
-    for row in rows:
-        print("| " + " | ".join(str(c) for c in row) + " |")
+            rows += throughput_rows(files, counts, phase, args)
+            rows += start_up_rows(files, counts, phase, args)
+    headers = [
+        "input",
+        "workers",
+        "pipeline",
+        "sequences/s of worker 0, median (min-max)",
+        "/ per-worker files",
+    ]
+    print(harness.markdown_table(headers, rows))
 
 
 if __name__ == "__main__":

@@ -29,19 +29,15 @@ is logged to stderr: compare rows only where those spreads do not overlap.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
-import selectors
 import statistics
-import subprocess
 import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from bert.config import BertConfig  # noqa: E402  (pure Python: the parent never imports TF)
+from bench import harness  # noqa: E402  (after the path insert)
 
 DEFAULT_MODELS = ("tiny", "small", "base")
 # Batch sizes that keep one step of each model at seconds, not minutes, on a 2-core CPU.
@@ -56,17 +52,6 @@ CLS_ID, SEP_ID = 101, 102
 # characters; real word pieces start at 1996, so drawing from there gives realistic
 # embedding-row access rather than a handful of hot rows.
 FIRST_WORD_PIECE_ID = 1996
-
-
-def log(message: str) -> None:
-    print(f"[bench] {message}", file=sys.stderr, flush=True)
-
-
-def usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
 
 
 # ----------------------------------------------------------------------------- child process
@@ -118,8 +103,8 @@ def random_pretraining_batch(
     }
 
 
-def measure_one(spec: dict) -> dict:
-    """Builds one model, times its training step; returns params, compile_s, seq_per_s."""
+def measure_one(spec: dict) -> None:
+    """Builds one model and times its training step; emits params, compile_s and seq_per_s."""
     import tensorflow as tf
 
     # Must happen before TF creates its thread pools. One inter-op thread: on 2 cores, running
@@ -129,12 +114,12 @@ def measure_one(spec: dict) -> dict:
 
     import keras
 
+    from bert.config import BertConfig
     from bert.pretraining import BertPretrainer, pretraining_losses
 
     keras.utils.set_random_seed(spec["seed"])
     config = BertConfig.from_json_file(spec["config_path"])
     model = BertPretrainer(config, dtype=spec["precision"])
-    params = model.count_params()
     features = random_pretraining_batch(
         config.vocab_size, spec["batch"], spec["seq_length"], spec["predictions"], spec["seed"]
     )
@@ -158,98 +143,40 @@ def measure_one(spec: dict) -> dict:
         return float(loss.numpy())
 
     tag = f"{spec['model']} {spec['precision']} xla={'on' if spec['xla'] else 'off'}"
-    start = time.perf_counter()
-    first_loss = run_step()
-    first_call_s = time.perf_counter() - start
-    log(f"{tag}: first call {first_call_s:.1f}s (loss {first_loss:.3f})")
-    for _ in range(spec["warmup"] - 1):
-        run_step()
-
+    first_call_s, first_loss = harness.timed(run_step)
+    harness.log(f"{tag}: first call {first_call_s:.1f}s (loss {first_loss:.3f})")
+    harness.timed_calls(run_step, spec["warmup"] - 1)
     rates = []
     for r in range(spec["repeats"]):
-        start = time.perf_counter()
-        for _ in range(spec["steps"]):
-            run_step()
-        elapsed = time.perf_counter() - start
-        rates.append(spec["batch"] * spec["steps"] / elapsed)
-        log(f"{tag}: repeat {r + 1}/{spec['repeats']}: {rates[-1]:.2f} seq/s")
+        rates.append(spec["batch"] * spec["steps"] / sum(harness.timed_calls(run_step, spec["steps"])))
+        harness.log(f"{tag}: repeat {r + 1}/{spec['repeats']}: {rates[-1]:.2f} seq/s")
     seq_per_s = statistics.median(rates)
     step_s = spec["batch"] / seq_per_s
-    return {"params": params, "compile_s": max(first_call_s - step_s, 0.0), "seq_per_s": seq_per_s}
-
-
-def child_main(spec_json: str) -> None:
-    spec = json.loads(spec_json)
-    try:
-        result = measure_one(spec)
-    except Exception as err:  # reported as a table row, not a crash of the whole run
-        result = {"error": shorten_error(f"{type(err).__name__}: {err}")}
-    print("RESULT " + json.dumps(result), flush=True)
+    harness.emit(
+        {
+            "event": "result",
+            "params": model.count_params(),
+            "compile_s": max(first_call_s - step_s, 0.0),
+            "seq_per_s": seq_per_s,
+        }
+    )
 
 
 # ---------------------------------------------------------------------------- parent process
 
 
-def shorten_error(text: str) -> str:
-    """First informative line of a TF/Python error, cut to fit a table cell."""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    line = lines[0] if lines else "unknown error"
-    for marker in ("Detected at node", "\tStack trace", " [Op:"):
-        line = line.split(marker)[0].strip()
-    line = " ".join(line.split())
-    return line if len(line) <= ERROR_WIDTH else line[: ERROR_WIDTH - 3] + "..."
-
-
-def crash_cause(stderr_lines: list[str], returncode: int) -> str:
-    # A C++ abort leaves no Python exception: the last fatal/check line on stderr names it.
-    for line in reversed(stderr_lines):
-        if any(key in line for key in ("Check failed", "F0000", "Fatal", "Error", "error:")):
-            return shorten_error(f"exit {returncode}: {line}")
-    return f"process exited with code {returncode} and no result"
-
-
-def run_child(spec: dict, timeout_s: float) -> dict:
-    env = dict(os.environ)
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+def run_combination(spec: dict, timeout_s: float) -> dict:
+    """One combination in a child process: its result event, or {"error": why it failed}."""
     # Keep BLAS/OpenMP pools (if any library brings one) to the same core budget as TF's.
-    env.setdefault("OMP_NUM_THREADS", str(spec["threads"]))
-    proc = subprocess.Popen(
-        [sys.executable, os.path.abspath(__file__), "--_child", json.dumps(spec)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        cwd=ROOT,
-    )
+    env = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(spec["threads"]))}
     deadline = time.monotonic() + timeout_s
-    stderr_lines: list[str] = []
-    # Forward our own progress lines live; keep TF's noise only to explain a crash.
-    selector = selectors.DefaultSelector()
-    selector.register(proc.stderr, selectors.EVENT_READ)
-    while proc.poll() is None or selector.get_map():
-        if time.monotonic() > deadline:
-            proc.kill()
-            proc.wait()
-            return {"error": f"timed out after {timeout_s:.0f}s"}
-        events = selector.select(timeout=1.0)
-        if not events and proc.poll() is not None:
-            break
-        for key, _ in events:
-            line = key.fileobj.readline()
-            if not line:
-                selector.unregister(key.fileobj)
-                continue
-            if line.startswith("[bench]"):
-                sys.stderr.write(line)
-                sys.stderr.flush()
-            else:
-                stderr_lines.append(line.rstrip())
-    stdout = proc.stdout.read()
-    proc.wait()
-    for line in stdout.splitlines():
-        if line.startswith("RESULT "):
-            return json.loads(line[len("RESULT ") :])
-    return {"error": crash_cause(stderr_lines, proc.returncode)}
+    try:
+        with harness.Child(harness.child_argv(__file__, spec), env=env) as child:
+            result = child.next_event(timeout_s)
+            child.wait(max(1.0, deadline - time.monotonic()))
+        return result
+    except harness.ChildFailed as err:
+        return {"error": harness.error_cell(str(err), ERROR_WIDTH)}
 
 
 def parse_batch_sizes(text: str | None, models: list[str]) -> dict[str, int]:
@@ -279,6 +206,9 @@ def positive_int(text: str, flag: str) -> int:
 
 
 def config_path(model: str, seq_length: int) -> str:
+    """configs/bert_<model>.json (or the .json path given), checked to hold seq_length."""
+    from bert.config import BertConfig  # here: pretrain_throughput imports this module before bert
+
     path = model if model.endswith(".json") else os.path.join(ROOT, "configs", f"bert_{model}.json")
     if not os.path.isfile(path):
         raise SystemExit(
@@ -297,20 +227,8 @@ def config_path(model: str, seq_length: int) -> str:
     return path
 
 
-def tensorflow_version() -> str:
-    # From the package metadata: importing TF here would spin up thread pools for nothing.
-    from importlib import metadata
-
-    for dist in ("tensorflow", "tensorflow-cpu"):
-        try:
-            return metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            continue
-    return "unknown"
-
-
-def format_table(rows: list[dict]) -> str:
-    headers = ["model", "params (M)", "precision", "xla", "batch", "compile s", "seq/s", "vs fp32/no-XLA"]
+def table_rows(rows: list[dict]) -> list[list[str]]:
+    """One row per combination; speed-up against float32 / XLA off of the same model."""
     baselines = {
         r["model"]: r["seq_per_s"]
         for r in rows
@@ -331,19 +249,10 @@ def format_table(rows: list[dict]) -> str:
         base = baselines.get(r["model"])
         speedup = f"{r['seq_per_s'] / base:.2f}x" if base else "-"
         cells.append(common + [f"{r['compile_s']:.1f}", f"{r['seq_per_s']:.2f}", speedup])
-    # A failure's cause sits in the last column and may run past its header; it sets no width.
-    widths = [
-        max([len(h)] + [len(c[i]) for c in cells if not (i == len(headers) - 1 and c[6] == "FAILED")])
-        for i, h in enumerate(headers)
-    ]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip()]
-    lines.append("  ".join("-" * w for w in widths))
-    for c in cells:
-        lines.append("  ".join(v.ljust(w) for v, w in zip(c, widths)).rstrip())
-    return "\n".join(lines)
+    return cells
 
 
-def main() -> None:
+def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--models",
@@ -394,13 +303,13 @@ def main() -> None:
         help="seconds before one combination is abandoned and reported as failed",
     )
     parser.add_argument("--quick", action="store_true", help="small smoke run (tiny model)")
-    parser.add_argument("--_child", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    parser.add_argument(harness.CHILD_FLAG, help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
 
-    if args._child:
-        child_main(args._child)
-        return
 
+def combinations(args: argparse.Namespace) -> list[dict]:
+    """The child specs of every model x precision x XLA setting, checked; float32 / XLA off of a
+    model comes first, so its reference row exists before its variants."""
     default_models = "tiny" if args.quick else ",".join(DEFAULT_MODELS)
     models = [m.strip() for m in (args.models or default_models).split(",") if m.strip()]
     steps = args.steps or (2 if args.quick else 3)
@@ -416,23 +325,14 @@ def main() -> None:
         if x.strip() not in ("on", "off"):
             raise SystemExit(f"--xla: {x!r} is not 'on' or 'off'.")
         xla_modes.append(x.strip() == "on")
-    # Baseline (no XLA) first so every model's reference row exists before its variants.
     xla_modes.sort()
     if args.seq_length < 8 or args.max_predictions < 1 or min(steps, repeats, warmup) < 1:
         raise SystemExit(
             "--seq_length must be >= 8 and --max_predictions, --steps, --repeats, --warmup >= 1."
         )
-    threads = args.threads or usable_cores()
     paths = {m: config_path(m, args.seq_length) for m in models}
-
-    combos = [(m, p, x) for m in models for p in precisions for x in xla_modes]
-    log(
-        f"{len(combos)} combinations; {threads} intra-op thread(s), 1 inter-op thread "
-        f"({usable_cores()} usable cores)"
-    )
-    rows = []
-    for i, (model, precision, xla) in enumerate(combos, 1):
-        spec = {
+    return [
+        {
             "model": model,
             "config_path": paths[model],
             "precision": precision,
@@ -443,37 +343,55 @@ def main() -> None:
             "steps": steps,
             "repeats": repeats,
             "warmup": warmup,
-            "threads": threads,
+            "threads": args.threads or harness.usable_cores(),
             "seed": args.seed,
         }
-        log(f"[{i}/{len(combos)}] {model} {precision} xla={'on' if xla else 'off'} batch={spec['batch']}")
-        start = time.perf_counter()
-        result = run_child(spec, args.timeout)
-        if "error" in result:
-            log(f"[{i}/{len(combos)}] FAILED: {result['error']}")
-        else:
-            log(
-                f"[{i}/{len(combos)}] {result['seq_per_s']:.2f} seq/s "
-                f"({time.perf_counter() - start:.0f}s wall)"
-            )
-        rows.append({"model": model, "precision": precision, "xla": xla, "batch": spec["batch"], **result})
+        for model in models
+        for precision in precisions
+        for xla in xla_modes
+    ]
 
-    tf_version = tensorflow_version()
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
-    except OSError:
-        pass
+
+def measure_all(specs: list[dict], timeout_s: float) -> list[dict]:
+    """Each combination in its own child, one after the other; one result row each."""
+    harness.log(
+        f"{len(specs)} combinations; {specs[0]['threads']} intra-op thread(s), 1 inter-op thread "
+        f"({harness.usable_cores()} usable cores)"
+    )
+    rows = []
+    for i, spec in enumerate(specs, 1):
+        model, precision, xla = spec["model"], spec["precision"], spec["xla"]
+        harness.log(
+            f"[{i}/{len(specs)}] {model} {precision} xla={'on' if xla else 'off'} batch={spec['batch']}"
+        )
+        seconds, result = harness.timed(lambda spec=spec: run_combination(spec, timeout_s))
+        if "error" in result:
+            harness.log(f"[{i}/{len(specs)}] FAILED: {result['error']}")
+        else:
+            harness.log(f"[{i}/{len(specs)}] {result['seq_per_s']:.2f} seq/s ({seconds:.0f}s wall)")
+        rows.append({"model": model, "precision": precision, "xla": xla, "batch": spec["batch"], **result})
+    return rows
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    if args._child:
+        harness.serve(measure_one, args._child)
+        return
+    specs = combinations(args)
+    rows = measure_all(specs, args.timeout)
+    first = specs[0]
     print(
-        f"BERT pretraining step (forward + loss + gradients) throughput, TF {tf_version}, "
-        f"CPU: {cpu}, {threads} intra-op / 1 inter-op thread(s)"
+        f"BERT pretraining step (forward + loss + gradients) throughput, "
+        f"TF {harness.package_version('tensorflow', 'tensorflow-cpu')}, CPU: {harness.cpu_name()}, "
+        f"{first['threads']} intra-op / 1 inter-op thread(s)"
     )
     print(
         f"seq_length {args.seq_length}, {args.max_predictions} masked predictions, "
-        f"median of {repeats} x {steps} steps after {warmup} warm-up step(s)"
+        f"median of {first['repeats']} x {first['steps']} steps after {first['warmup']} warm-up step(s)"
     )
-    print(format_table(rows))
+    headers = ["model", "params (M)", "precision", "xla", "batch", "compile s", "seq/s", "vs fp32/no-XLA"]
+    print(harness.markdown_table(headers, table_rows(rows)))
 
 
 if __name__ == "__main__":

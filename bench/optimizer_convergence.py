@@ -30,8 +30,9 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.join(ROOT, "bench"))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from bench import harness  # noqa: E402  (after the path insert)
 
 SEQ, PREDICTIONS, DUPE = 128, 20, 3
 SHARDS = ["--n_training_shards", "4", "--n_test_shards", "1", "--fraction_test_set", "0.05"]
@@ -48,9 +49,8 @@ class Run:
 
 def prepare(cache_dir: str, megabytes: float, vocab_size: int) -> tuple[str, str, str]:
     """Corpus -> TFRecords with prepare_data.py; returns (training glob, test glob, vocab file)."""
-    from prep_throughput import corpus_path
-
     import prepare_data
+    from bench.prep_throughput import corpus_path
     from data import paths
 
     corpus = corpus_path(cache_dir, megabytes)
@@ -111,20 +111,22 @@ def train(run: Run, args, train_glob: str, test_glob: str, vocab_size: int) -> d
     warmup = max(1, int(updates * args.warmup_fraction))
     schedule = WarmupPolynomialDecay(run.learning_rate, warmup, updates, run.power)
     optimizer = create_optimizer(run.optimizer, schedule)
-    step = PretrainingStep(model, optimizer, accumulation_steps=run.accumulation)
+    step = PretrainingStep(
+        model, optimizer, accumulation_steps=run.accumulation, jit_compile=args.xla == "on"
+    )
     data = iter(
         training_dataset(
             sorted(glob.glob(train_glob)), args.micro_batch, SEQ, PREDICTIONS, seed=args.seed
         ).as_numpy_iterator()
     )
-    start, losses = time.time(), []
+    start, losses = time.perf_counter(), []
     for update in range(updates):
         metrics = step(data)
         losses.append(metrics["loss"])
         if update % max(1, updates // 10) == 0 or update == updates - 1:
             print(
                 f"  {run.name}: update {update + 1}/{updates} loss {metrics['loss']:.3f} "
-                f"mlm_acc {metrics['mlm_accuracy']:.3f} ({time.time() - start:.0f} s)",
+                f"mlm_acc {metrics['mlm_accuracy']:.3f} ({time.perf_counter() - start:.0f} s)",
                 file=sys.stderr,
                 flush=True,
             )
@@ -137,12 +139,12 @@ def train(run: Run, args, train_glob: str, test_glob: str, vocab_size: int) -> d
         "updates": updates,
         "batch": args.micro_batch * run.accumulation,
         "final_train_loss": sum(losses[-5:]) / len(losses[-5:]),
-        "seconds": time.time() - start,
+        "seconds": time.perf_counter() - start,
         **result,
     }
 
 
-def main(argv=None):
+def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sequences", type=int, default=32768, help="training sequences per run")
     parser.add_argument("--micro_batch", type=int, default=64)
@@ -160,39 +162,55 @@ def main(argv=None):
     parser.add_argument("--eval_batches", type=int, default=50)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--runs", default="a,b,c")
+    parser.add_argument(
+        "--xla",
+        choices=("on", "off"),
+        default="on",
+        help="compile the train step with XLA (off: no compilation, for a quick look at tiny sizes)",
+    )
     parser.add_argument("--cache_dir", default=os.path.join(tempfile.gettempdir(), "bert-tf2-bench"))
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
 
-    train_glob, test_glob, vocab = prepare(args.cache_dir, args.corpus_mb, args.vocab_size)
-    with open(vocab, encoding="utf-8") as f:
-        vocab_size = sum(1 for _ in f)
+
+def runs_of(args) -> dict[str, Run]:
+    """(a), (b) and (c) of the module docstring: square-root scaling of both rates by k."""
     k, root_k = args.accumulation, math.sqrt(args.accumulation)
-    runs = {
+    return {
         "a": Run(f"(a) Adam, batch {args.micro_batch}", "adamw", 1, args.adam_lr, 1.0),
         "b": Run(f"(b) Adam, batch {args.micro_batch * k}", "adamw", k, args.adam_lr * root_k, 1.0),
         "c": Run(f"(c) LAMB, batch {args.micro_batch * k}", "lamb", k, args.lamb_lr * root_k, 0.5),
     }
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    train_glob, test_glob, vocab = prepare(args.cache_dir, args.corpus_mb, args.vocab_size)
+    with open(vocab, encoding="utf-8") as f:
+        vocab_size = sum(1 for _ in f)
+    runs = runs_of(args)
     rows = []
     for key in args.runs.split(","):
         run = runs[key]
         print(f"{run.name}: lr {run.learning_rate:.2e}", file=sys.stderr, flush=True)
-        rows.append((run, train(run, args, train_glob, test_glob, vocab_size)))
-
+        r = train(run, args, train_glob, test_glob, vocab_size)
+        rows.append(
+            [
+                run.name,
+                f"{run.learning_rate:.2e}",
+                r["updates"],
+                f"{r['final_train_loss']:.3f}",
+                f"{r['loss']:.3f}",
+                f"{r['mlm_accuracy']:.3f}",
+                f"{r['nsp_accuracy']:.3f}",
+                f"{r['seconds']:.0f}",
+            ]
+        )
     print(
         f"\nbert_tiny (vocab {vocab_size}), seq {SEQ}, {args.sequences} training sequences per run, "
         f"held-out: {args.eval_batches} x {args.micro_batch} sequences"
     )
-    header = (
-        f"{'run':<24} {'peak lr':>9} {'updates':>8} {'train loss':>10} {'held-out loss':>13} "
-        f"{'MLM acc':>8} {'NSP acc':>8} {'seconds':>8}"
-    )
-    print(header)
-    print("-" * len(header))
-    for run, r in rows:
-        print(
-            f"{run.name:<24} {run.learning_rate:>9.2e} {r['updates']:>8} {r['final_train_loss']:>10.3f} "
-            f"{r['loss']:>13.3f} {r['mlm_accuracy']:>8.3f} {r['nsp_accuracy']:>8.3f} {r['seconds']:>8.0f}"
-        )
+    headers = ["run", "peak lr", "updates", "train loss", "held-out loss", "MLM acc", "NSP acc", "seconds"]
+    print(harness.markdown_table(headers, rows))
 
 
 if __name__ == "__main__":

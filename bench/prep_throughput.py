@@ -12,10 +12,10 @@ between documents (the input format of create_pretraining_data). It is built onc
 and cached under the temporary directory (--cache_dir). Larger sizes repeat the smaller
 text when the installation has too little (the reported MB are those of the input file).
 
-Every run is one child process, measured from outside by os.wait4's rusage of that child:
-wall seconds, CPU seconds (user + system, less sensitive than wall time to other load on a
-shared machine) and peak RSS (for a run that starts worker processes: CPU summed over them,
-RSS of the largest one). Add a run by appending a `Run` to RUNS: a name, its command (a
+Every run is one child process, measured from outside (bench/harness.py): wall seconds, CPU
+seconds (user + system, less sensitive than wall time to other load on a shared machine) and
+peak RSS (VmHWM; for a run that starts worker processes: CPU summed over them, the largest
+VmHWM of the run and its workers). Add a run by appending a `Run` to RUNS: a name, its command (a
 function of the corpus path and an output directory) and the TFRecord files to count
 instances in.
 
@@ -36,16 +36,16 @@ import dataclasses
 import glob
 import os
 import shutil
-import subprocess
+import statistics
 import sys
 import tempfile
-import time
 from typing import Callable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from common.files import atomic_write  # noqa: E402  (after the path insert)
+from bench import harness  # noqa: E402  (after the path insert)
+from common.files import atomic_write  # noqa: E402
 from data.corpus import stdlib_text  # noqa: E402
 
 SETTINGS = dict(
@@ -107,6 +107,7 @@ RUNS = [
 # Shards of the same size for every corpus size, so peak RSS per process can be compared across
 # sizes: it must follow the shard, not the corpus.
 PREP_SHARD_MB = 2.5
+DATASET = "bench"  # the data.paths name of the bench's corpus
 
 
 def _formatted(corpus):
@@ -130,7 +131,10 @@ def _n_shards(corpus):
     return max(1, round(os.path.getsize(corpus) / 1e6 / PREP_SHARD_MB))
 
 
-def _prep_argv(action, data_dir, corpus, *extra):
+def prepare_data_argv(action, data_dir, shards, fraction_test, *extra):
+    """The command of one prepare_data.py stage on the bench's dataset in `data_dir`, with
+    `shards` (training, test) and no progress bars (prep_scale.py runs its stages so too)."""
+    training, test = shards
     return [
         sys.executable,
         os.path.join(ROOT, "prepare_data.py"),
@@ -139,16 +143,20 @@ def _prep_argv(action, data_dir, corpus, *extra):
         "--data_dir",
         data_dir,
         "--dataset",
-        "bench",
+        DATASET,
         "--n_training_shards",
-        str(_n_shards(corpus)),
+        str(training),
         "--n_test_shards",
-        "0",
+        str(test),
         "--fraction_test_set",
-        "0",
+        str(fraction_test),
         "--no_progress",
         *extra,
     ]
+
+
+def _prep_argv(action, data_dir, corpus, *extra):
+    return prepare_data_argv(action, data_dir, (_n_shards(corpus), 0), 0, *extra)
 
 
 def _sharding_command(corpus, out_dir):
@@ -158,12 +166,7 @@ def _sharding_command(corpus, out_dir):
 def _shards_for(corpus):
     """Shards of `corpus` (made once, not measured) under a data dir cached beside the corpus."""
     data_dir = corpus[: -len(".txt")] + "-prep"
-    subprocess.run(
-        _prep_argv("sharding", data_dir, corpus, "--input_files", _formatted(corpus)),
-        cwd=ROOT,
-        check=True,
-        stdout=subprocess.DEVNULL,
-    )
+    harness.run(_prep_argv("sharding", data_dir, corpus, "--input_files", _formatted(corpus)), "sharding")
     return data_dir
 
 
@@ -177,7 +180,6 @@ def _tfrecord_command(processes):
             "--vocab_file",
             vocab_file(),
             "--do_lower_case",
-            "1",
             "--output_dir",
             out_dir,
             "--n_processes",
@@ -241,23 +243,22 @@ def _tokenizer():
     return build_tokenizer(vocab_file=vocab_file(), do_lower_case=True)
 
 
-def _child_create(variant, corpus, output):
-    """One create_training_files run with the variant's parts switched off; prints a JSON line."""
+def _child_create(spec):
+    """One create_training_files run with the variant's parts switched off; emits its stats."""
     import hashlib
-    import json
 
     native, writer = _pretraining_modules()
-    patches = NATIVE_VARIANTS[variant][1]
+    patches = NATIVE_VARIANTS[spec["variant"]][1]
     if "no_mirror" in patches:  # read_documents then tokenizes with tokenizer.encode_batch
         native.FastWordPiece.for_tokenizer = classmethod(lambda cls, lib, tokenizer: None)
     if "python_instances" in patches:  # as --engine=python: Python instances, masks, protobufs
         native.supports = lambda rng: False
     if "no_native" in patches:  # as without a C compiler: nothing is built or loaded
         native.load = lambda required=True: None
-    stats = writer.create_training_files([corpus], [output], _tokenizer(), **SETTINGS)
-    with open(output, "rb") as f:
+    stats = writer.create_training_files([spec["corpus"]], [spec["output"]], _tokenizer(), **SETTINGS)
+    with open(spec["output"], "rb") as f:
         stats["sha256"] = hashlib.sha256(f.read()).hexdigest()
-    print(json.dumps(stats))
+    harness.emit({"event": "result", **stats})
 
 
 def _blocks(corpus):
@@ -275,8 +276,8 @@ def _blocks(corpus):
     return blocks
 
 
-def _child_tokenize(corpus, repeats):
-    """Times the tokenization step both ways, interleaved, in this process; prints a JSON line.
+def _child_tokenize(spec):
+    """Times the tokenization step both ways, interleaved, in this process; emits the times.
 
     step: read_documents(fast=True / False), the whole tokenization step of create_pretraining_data
       (file read, tokenization, sentence and document offsets; the C side builds its vocabulary
@@ -284,10 +285,11 @@ def _child_tokenize(corpus, repeats):
     kernel: bytes -> ids only: FastWordPiece.tokenize_block on each block, against decoding,
       stripping and tokenizer.encode_batch on the non-blank lines (what read_documents does
       on its Rust path)."""
-    import json
+    import time
 
     import numpy as np
 
+    corpus = spec["corpus"]
     native, writer = _pretraining_modules()
     tokenizer = _tokenizer()
     lib = native.load()
@@ -323,184 +325,202 @@ def _child_tokenize(corpus, repeats):
     }
     times = {name: [] for name in cases}
     results = {}
-    for r in range(repeats):
-        names = list(cases) if r % 2 == 0 else list(cases)[::-1]  # alternate the order
-        for name in names:
-            wall, cpu = time.perf_counter(), time.process_time()  # process time: all threads
-            results[name] = cases[name]()
-            times[name].append((time.perf_counter() - wall, time.process_time() - cpu))
+    for _, name in harness.interleaved(cases, spec["repeats"]):
+        cpu = time.process_time()  # process time: all threads
+        wall, results[name] = harness.timed(cases[name])
+        times[name].append((wall, time.process_time() - cpu))
     c, rust = results["step_c"], results["step_rust"]
     same = all(np.array_equal(getattr(c, k), getattr(rust, k)) for k in ("tokens", "sent_off", "doc_sent"))
     same = same and c.invalid_utf8_lines == rust.invalid_utf8_lines
     # The C kernel leaves fallback lines out of its ids; without any, both kernels give every id.
     same = same and (fallback > 0 or results["kernel_c"] == results["kernel_rust"] == len(c.tokens))
-    print(
-        json.dumps(
-            {
-                "times": times,
-                "identical": bool(same),
-                "tokens": int(len(c.tokens)),
-                "kernel_tokens": [results["kernel_c"], results["kernel_rust"]],
-                "lines": lines,
-                "fallback_lines": fallback,
-            }
-        )
+    harness.emit(
+        {
+            "event": "result",
+            "times": times,
+            "identical": bool(same),
+            "tokens": int(len(c.tokens)),
+            "kernel_tokens": [results["kernel_c"], results["kernel_rust"]],
+            "lines": lines,
+            "fallback_lines": fallback,
+        }
     )
 
 
-def _child_argv(*args):
-    return [sys.executable, os.path.abspath(__file__), "--child", *map(str, args)]
+def _child(spec):
+    (_child_create if spec["kind"] == "create" else _child_tokenize)(spec)
 
 
-def _median(values):
-    values = sorted(values)
-    mid = len(values) // 2
-    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+# ---------------------------------------------------------------------------- parent process
 
 
-def _spread(values, fmt="{:.2f}"):
-    return f"{fmt.format(min(values))}-{fmt.format(max(values))}"
+@dataclasses.dataclass(frozen=True)
+class Measured:
+    """A run as the tables report it."""
+
+    seconds: float
+    cpu_s: float
+    peak_rss_mb: float | None  # the largest VmHWM: of the run or of one of its workers
+    stdout: str
+
+    @classmethod
+    def of(cls, done: harness.Exit) -> Measured:
+        peaks = [p for p in (done.peak_rss_mb, done.children_peak_rss_mb) if p is not None]
+        return cls(done.seconds, done.cpu_s, max(peaks) if peaks else None, done.stdout)
 
 
-def native_parts(corpus, work_dir, repeats, variants):
-    """Prints the tokenization table and the end-to-end table of `variants` on `corpus`."""
-    import json
+def child_result(spec) -> tuple[Measured, dict]:
+    """This script run as a measuring child of `spec`: its measurement and its result event."""
+    with harness.Child(harness.child_argv(__file__, spec)) as child:
+        result = child.next_event()
+        measured = Measured.of(child.wait())
+    return measured, result
 
+
+def measure(run, corpus, work_dir) -> tuple[Measured, int | None]:
+    """Runs one child process; returns its measurement and the instances it wrote."""
+    out_dir = tempfile.mkdtemp(dir=work_dir)
+    try:
+        measured = Measured.of(harness.run(run.command(corpus, out_dir), run.name))
+        print(measured.stdout.strip(), file=sys.stderr)
+        return measured, _count_records(run.outputs(out_dir)) if run.outputs else None
+    finally:
+        shutil.rmtree(out_dir, ignore_errors=True)
+
+
+def native_parts(corpus, work_dir, repeats, variants) -> str:
+    """The tokenization table and the end-to-end table of `variants` on `corpus`."""
     mb = os.path.getsize(corpus) / 1e6
-    print(
-        f"native parts: tokenization of the {mb:.1f} MB corpus ({repeats} rounds) ...",
-        file=sys.stderr,
-        flush=True,
-    )
-    stdout = _run_child(_child_argv("tokenize", corpus, repeats), "tokenize")[3]
-    tok = json.loads(stdout.strip().splitlines()[-1])
+    harness.log(f"native parts: tokenization of the {mb:.1f} MB corpus ({repeats} rounds) ...")
+    _, tok = child_result({"kind": "tokenize", "corpus": corpus, "repeats": repeats})
+    runs, digests = end_to_end(corpus, work_dir, repeats, variants)
+    return tokenization_table(tok, mb, repeats) + end_to_end_table(runs, digests, variants, mb, repeats)
 
+
+def end_to_end(corpus, work_dir, repeats, variants):
+    """Every variant's create_training_files run, interleaved: ({variant: [(Measured, instances)]},
+    {output sha256: [variants]})."""
     runs = {name: [] for name in variants}
     digests = {}
-    for r in range(repeats):
-        for name in variants if r % 2 == 0 else variants[::-1]:
-            out_dir = tempfile.mkdtemp(dir=work_dir)
-            try:
-                output = os.path.join(out_dir, "out.tfrecord")
-                seconds, cpu, rss, stdout = _run_child(_child_argv("create", name, corpus, output), name)
-            finally:
-                shutil.rmtree(out_dir, ignore_errors=True)
-            stats = json.loads(stdout.strip().splitlines()[-1])
-            digests.setdefault(stats["sha256"], []).append(name)
-            runs[name].append((seconds, cpu, rss, stats["instances"]))
-            print(f"done: {name} round {r + 1}/{repeats}: {seconds:.1f} s", file=sys.stderr, flush=True)
+    for r, name in harness.interleaved(variants, repeats):
+        out_dir = tempfile.mkdtemp(dir=work_dir)
+        output = os.path.join(out_dir, "out.tfrecord")
+        try:
+            measured, stats = child_result(
+                {"kind": "create", "variant": name, "corpus": corpus, "output": output}
+            )
+        finally:
+            shutil.rmtree(out_dir, ignore_errors=True)
+        digests.setdefault(stats["sha256"], []).append(name)
+        runs[name].append((measured, stats["instances"]))
+        print(f"done: {name} round {r + 1}/{repeats}: {measured.seconds:.1f} s", file=sys.stderr, flush=True)
+    return runs, digests
 
-    print()
-    print(
+
+def tokenization_table(tok, mb, repeats) -> str:
+    title = (
         f"C WordPiece mirror vs the Rust `tokenizers` call: tokenization of {mb:.1f} MB, "
         f"median of {repeats} interleaved rounds (min-max); ids identical: {tok['identical']} "
         f"({tok['tokens']:,} tokens; {tok['fallback_lines']:,} of {tok['lines']:,} lines left by C "
         f"to the Rust tokenizer)"
     )
-    header = ("tokenizer", "what is timed", "seconds", "CPU s", "MB/s", "C mirror speed-up")
-    print("| " + " | ".join(header) + " |")
-    print("|" + "|".join("---" for _ in header) + "|")
     what = {"step": "read_documents (the whole tokenization step)", "kernel": "bytes -> ids only"}
+    rows = []
     for part in ("step", "kernel"):
-        rust_median = _median([w for w, _ in tok["times"][f"{part}_rust"]])
+        rust_median = statistics.median([w for w, _ in tok["times"][f"{part}_rust"]])
         for engine, label in (("c", "C mirror (FastWordPiece)"), ("rust", "Rust tokenizers (encode_batch)")):
             walls = [w for w, _ in tok["times"][f"{part}_{engine}"]]
             cpus = [c for _, c in tok["times"][f"{part}_{engine}"]]
-            ratio = f"{rust_median / _median(walls):.2f}x" if engine == "c" else "1.00x"
-            print(
-                f"| {label} | {what[part]} | {_median(walls):.2f} ({_spread(walls)}) | {_median(cpus):.2f} "
-                f"| {mb / _median(walls):.2f} | {ratio} |"
-            )
+            wall = statistics.median(walls)
+            ratio = f"{rust_median / wall:.2f}x" if engine == "c" else "1.00x"
+            cpu = f"{statistics.median(cpus):.2f}"
+            rows.append([label, what[part], harness.median_range(walls), cpu, f"{mb / wall:.2f}", ratio])
+    headers = ["tokenizer", "what is timed", "seconds", "CPU s", "MB/s", "C mirror speed-up"]
+    return f"\n{title}\n{harness.markdown_table(headers, rows)}\n"
 
-    base = _median([s for s, _, _, _ in runs[variants[0]]])
-    print()
-    print(
+
+def end_to_end_table(runs, digests, variants, mb, repeats) -> str:
+    same = "same bytes written by every variant"
+    if len(digests) > 1:
+        same = f"OUTPUTS DIFFER: {list(digests.values())}"
+    title = (
         f"create_training_files end to end on {mb:.1f} MB, one part of the native path off at a time, "
-        f"median of {repeats} interleaved rounds (min-max); "
-        + (
-            "same bytes written by every variant"
-            if len(digests) == 1
-            else f"OUTPUTS DIFFER: {list(digests.values())}"
-        )
+        f"median of {repeats} interleaved rounds (min-max); {same}"
     )
-    header = (
-        "variant",
-        "what runs",
-        "seconds",
-        "CPU s",
-        "MB/s",
-        "instances/s",
-        "peak RSS MB",
-        f"time / {variants[0]}",
-    )
-    print("| " + " | ".join(header) + " |")
-    print("|" + "|".join("---" for _ in header) + "|")
+
+    def median_seconds(name):
+        return statistics.median([m.seconds for m, _ in runs[name]])
+
+    base = median_seconds(variants[0])
+    rows = []
     for name in variants:
-        seconds = [s for s, _, _, _ in runs[name]]
-        med = _median(seconds)
-        cpu = _median([c for _, c, _, _ in runs[name]])
-        rss = max(m for _, _, m, _ in runs[name])
-        instances = runs[name][0][3]
-        print(
-            f"| {name} | {NATIVE_VARIANTS[name][0]} | {med:.1f} ({_spread(seconds, '{:.1f}')}) | {cpu:.1f} "
-            f"| {mb / med:.2f} | {instances / med:,.0f} | {rss:,.0f} | {med / base:.2f}x |"
+        seconds = [m.seconds for m, _ in runs[name]]
+        med = median_seconds(name)
+        cpu = statistics.median([m.cpu_s for m, _ in runs[name]])
+        rss = max((m.peak_rss_mb for m, _ in runs[name] if m.peak_rss_mb is not None), default=None)
+        instances = runs[name][0][1]
+        rows.append(
+            [
+                name,
+                NATIVE_VARIANTS[name][0],
+                harness.median_range(seconds, "{:.1f}"),
+                f"{cpu:.1f}",
+                f"{mb / med:.2f}",
+                f"{instances / med:,.0f}",
+                harness.mb_cell(rss),
+                f"{med / base:.2f}x",
+            ]
         )
+    headers = ["variant", "what runs", "seconds", "CPU s", "MB/s", "instances/s", "peak RSS MB"]
+    text = f"\n{title}\n{harness.markdown_table([*headers, f'time / {variants[0]}'], rows)}\n"
     if "rust_tokenizer" in runs and variants[0] == "all_native":
-        without = _median([s for s, _, _, _ in runs["rust_tokenizer"]])
-        print(
+        without = median_seconds("rust_tokenizer")
+        text += (
             f"\nthe C mirror saves {without - base:.1f} s of {without:.1f} s end to end "
-            f"({100 * (without - base) / without:.0f}% of the run; {without / base:.2f}x)"
+            f"({100 * (without - base) / without:.0f}% of the run; {without / base:.2f}x)\n"
         )
+    return text
 
 
-def _run_child(argv, name):
-    """Runs argv from the repository root; returns (seconds, CPU seconds, peak RSS MB, stdout)."""
-    import threading
-
-    start = time.perf_counter()
-    child = subprocess.Popen(
-        argv,
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+def runs_table(rows) -> str:
+    """The main table: one row per run and corpus size, then Google's reference row."""
+    cells = []
+    for name, mb, m, instances in rows:
+        per_s = "" if instances is None else f"{instances / m.seconds:,.0f}"
+        rate = f"{mb / m.seconds:.2f}"
+        cells.append(
+            [
+                name,
+                f"{mb:.1f}",
+                f"{m.seconds:.1f}",
+                f"{m.cpu_s:.1f}",
+                rate,
+                per_s,
+                harness.mb_cell(m.peak_rss_mb),
+            ]
+        )
+    r = REFERENCE
+    rate = f"{r['mb'] / r['seconds']:.2f}"
+    per_s = f"{r['instances_per_s']:,.0f}"
+    cells.append(
+        [
+            r["name"],
+            f"{r['mb']:.1f}",
+            f"{r['seconds']:.1f}",
+            "",
+            rate,
+            per_s,
+            harness.mb_cell(r["peak_rss_mb"]),
+        ]
     )
-    # Drained while it runs (a full pipe would stall it), reaped by wait4, which gives this
-    # child's own rusage (RUSAGE_CHILDREN would mix in earlier runs).
-    outputs = {}
-    readers = [
-        threading.Thread(target=lambda k, f: outputs.__setitem__(k, f.read().decode()), args=(k, f))
-        for k, f in (("stdout", child.stdout), ("stderr", child.stderr))
-    ]
-    for reader in readers:
-        reader.start()
-    _, status, usage = os.wait4(child.pid, 0)
-    seconds = time.perf_counter() - start
-    for reader in readers:
-        reader.join()
-    child.returncode = os.waitstatus_to_exitcode(status)
-    if child.returncode != 0:
-        raise RuntimeError(f"{name} failed ({child.returncode}):\n{outputs['stderr'][-3000:]}")
-    cpu = usage.ru_utime + usage.ru_stime
-    return seconds, cpu, usage.ru_maxrss / 1024.0, outputs["stdout"]  # ru_maxrss is in KiB on Linux
+    headers = ["run", "input MB", "seconds", "CPU s", "MB/s", "instances/s", "peak RSS MB"]
+    title = f"settings: {SETTINGS}, bert-base-uncased vocab, one process"
+    return f"{title}\n{harness.markdown_table(headers, cells)}"
 
 
-def measure(run, corpus, work_dir):
-    """Runs one child process; returns (seconds, CPU seconds, peak RSS MB, instances)."""
-    out_dir = tempfile.mkdtemp(dir=work_dir)
-    try:
-        seconds, cpu, rss, stdout = _run_child(run.command(corpus, out_dir), run.name)
-        print(stdout.strip(), file=sys.stderr)
-        instances = _count_records(run.outputs(out_dir)) if run.outputs else None
-        return seconds, cpu, rss, instances
-    finally:
-        shutil.rmtree(out_dir, ignore_errors=True)
-
-
-def main(argv=None):
-    import contextlib
-    import io
-
+def parse_args(argv=None) -> argparse.Namespace:
+    """The flags, with --sizes, --runs and --native_variants parsed into lists (and a `parts` flag:
+    whether the native_parts run is wanted)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="20", help="corpus sizes in MB, comma-separated (default 20)")
     names = [r.name for r in RUNS] + [NATIVE_PARTS_RUN]
@@ -519,59 +539,42 @@ def main(argv=None):
         help=f"end-to-end variants of the {NATIVE_PARTS_RUN} table (the first is the "
         f"baseline), of: {', '.join(NATIVE_VARIANTS)}",
     )
-    parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)  # a measured child process
+    parser.add_argument(harness.CHILD_FLAG, help=argparse.SUPPRESS)  # a measuring child
     args = parser.parse_args(argv)
-    if args.child:
-        kind, *rest = args.child
-        return _child_create(*rest) if kind == "create" else _child_tokenize(rest[0], int(rest[1]))
-    sizes = [float(s) for s in args.sizes.split(",") if s]
-    wanted = [r for r in RUNS if r.name in args.runs.split(",")]
-    parts = NATIVE_PARTS_RUN in args.runs.split(",")
-    variants = [v for v in args.native_variants.split(",") if v]
-    if not wanted and not parts:
-        parser.error(f"no known run in {args.runs!r}")
-    if any(v not in NATIVE_VARIANTS for v in variants) or not variants:
+    if args._child:
+        return args
+    wanted = args.runs.split(",")
+    args.sizes = [float(s) for s in args.sizes.split(",") if s]
+    args.parts = NATIVE_PARTS_RUN in wanted
+    args.runs = [r for r in RUNS if r.name in wanted]
+    args.native_variants = [v for v in args.native_variants.split(",") if v]
+    if not args.runs and not args.parts:
+        parser.error(f"no known run in {','.join(wanted)!r}")
+    if any(v not in NATIVE_VARIANTS for v in args.native_variants) or not args.native_variants:
         parser.error(f"--native_variants takes some of {', '.join(NATIVE_VARIANTS)}")
+    return args
 
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args._child:
+        return harness.serve(_child, args._child)
     rows, tables = [], []
     work_dir = tempfile.mkdtemp(prefix="prep-bench-")
     try:
-        for size in sizes:
+        for size in args.sizes:
             corpus = corpus_path(args.cache_dir, size)
             mb = os.path.getsize(corpus) / 1e6
-            for run in wanted:
-                seconds, cpu, rss, instances = measure(run, corpus, work_dir)
-                ips = None if instances is None else instances / seconds
-                rows.append((run.name, mb, seconds, cpu, mb / seconds, ips, rss))
+            for run in args.runs:
+                measured, instances = measure(run, corpus, work_dir)
+                rows.append((run.name, mb, measured, instances))
                 print(f"done: {run.name} on {mb:.1f} MB", file=sys.stderr, flush=True)
-            if parts:
-                with contextlib.redirect_stdout(io.StringIO()) as table:
-                    native_parts(corpus, work_dir, args.repeats, variants)
-                tables.append(table.getvalue())
+            if args.parts:
+                tables.append(native_parts(corpus, work_dir, args.repeats, args.native_variants))
     finally:
         shutil.rmtree(work_dir, ignore_errors=True)
-
-    if wanted:
-        r = REFERENCE
-        rows.append(
-            (
-                r["name"],
-                r["mb"],
-                r["seconds"],
-                None,
-                r["mb"] / r["seconds"],
-                r["instances_per_s"],
-                r["peak_rss_mb"],
-            )
-        )
-        header = ("run", "input MB", "seconds", "CPU s", "MB/s", "instances/s", "peak RSS MB")
-        print(f"settings: {SETTINGS}, bert-base-uncased vocab, one process")
-        print("| " + " | ".join(header) + " |")
-        print("|" + "|".join("---" for _ in header) + "|")
-        for name, mb, seconds, cpu, rate, ips, rss in rows:
-            cpu = "" if cpu is None else f"{cpu:.1f}"
-            ips = "" if ips is None else f"{ips:,.0f}"
-            print(f"| {name} | {mb:.1f} | {seconds:.1f} | {cpu} | {rate:.2f} | {ips} | {rss:,.0f} |")
+    if args.runs:
+        print(runs_table(rows))
     for table in tables:
         print(table, end="")
 

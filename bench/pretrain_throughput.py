@@ -40,9 +40,10 @@ an idle Horovod worker's background loop alone took ~20% of 2 cores from the oth
 a control file starts each repeat. A slow minute on a shared machine therefore hits both stacks
 alike, and the ratio is taken repeat by repeat. Each child prints one JSON line per repeat;
 the parent reports the median seq/s, its spread (min-max and (max-min)/median), the median of
-the per-repeat ratios ours/keras-hub with their min-max, and each child's peak RSS (ru_maxrss,
-build and compile included). keras-hub is re-measured beside each of our rows (accumulation and
-worker variants included) so every ratio has its own paired reference.
+the per-repeat ratios ours/keras-hub with their min-max, and each child's peak RSS (VmHWM, build
+and compile included; bench/harness.py says how it is read). keras-hub is re-measured beside each
+of our rows (accumulation and worker variants included) so every ratio has its own paired
+reference.
 
 Levers on/off: --baseline REV[,REV...] adds, beside each of our rows, our update as the library
 was at each git revision (a temporary `git worktree` of it; its child imports bert/, training/
@@ -76,39 +77,31 @@ doubles the count (a base micro-batch of 4 at seq 512 costs about as much as 16 
 from __future__ import annotations
 
 import argparse
-import collections
+import dataclasses
 import itertools
-import json
 import math
 import os
-import platform
-import queue
-import resource
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+# This checkout's bench modules, in a --baseline child too (they import no library module at the
+# top, so the library still comes from CODE_ROOT below).
+from bench import harness  # noqa: E402
+from bench.model_throughput import config_path, positive_int, random_pretraining_batch  # noqa: E402
+
 # Where the library is imported from: this checkout, or (in a --baseline child) a worktree of an
 # earlier revision.
 CODE_ROOT = os.environ.get("BENCH_CODE_ROOT", ROOT)
 sys.path.insert(0, CODE_ROOT)
 
 # Pure Python: the parent never imports TensorFlow.
-from bench.model_throughput import (  # noqa: E402
-    config_path,
-    crash_cause,
-    log,
-    positive_int,
-    random_pretraining_batch,
-    tensorflow_version,
-    usable_cores,
-)
 from bert.config import BertConfig  # noqa: E402
 
 # Shapes: B batch (per worker, per micro-batch), S sequence, P masked positions.
@@ -130,32 +123,6 @@ KERAS_HUB_INSTALL = (
     ".venv/bin/pip install --no-deps keras-hub==0.32.0 tensorflow-text==2.21.1 "
     "&& .venv/bin/pip install kagglehub kagglesdk==0.1.28 regex rich sentencepiece namex"
 )
-
-
-def error_cell(text: str, width: int = 200) -> str:
-    """The first informative line of an error, for a table cell (markdown-safe)."""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    line = lines[0] if lines else "unknown error"
-    for marker in ("Detected at node", " [Op:"):
-        line = line.split(marker)[0].strip()
-    line = " ".join(line.split()).replace("|", "/")
-    return line if len(line) <= width else line[: width - 3] + "..."
-
-
-def emit(event: dict) -> None:
-    print("RESULT " + json.dumps(event), flush=True)
-
-
-def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
-
-
-def current_rss_mb() -> float:
-    try:
-        with open("/proc/self/statm", encoding="ascii") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-    except (OSError, ValueError):
-        return float("nan")
 
 
 # ----------------------------------------------------------------------------- child process
@@ -379,7 +346,9 @@ def wait_for_command(control_dir: str, repeat: int, timeout_s: float) -> str:
     return "stop"  # the parent is gone
 
 
-def measure(spec: dict, rank_holder: dict) -> None:
+def measure(spec: dict) -> None:
+    """The child: builds its stack's update, compiles and warms it up, emits "ready", then times
+    one repeat each time the parent says go (one "repeat" event per worker)."""
     import tensorflow as tf
 
     # Before TF creates its thread pools (bench/model_throughput.py explains one inter-op thread).
@@ -389,121 +358,63 @@ def measure(spec: dict, rank_holder: dict) -> None:
         tf.config.experimental.enable_op_determinism()
     ours = spec["stack"] != "keras-hub"  # "ours", or "ours@REV" for a --baseline revision
     update, finish, sequences, dist = (build_ours if ours else build_keras_hub)(spec)
-    rank_holder.update(rank=dist.rank, size=dist.size)
     per_update = spec["accumulation"] if ours else 1
     tag = f"{spec['label']} {spec['stack']}" + (f" rank {dist.rank}" if dist.size > 1 else "")
 
-    start = time.perf_counter()
-    update()
-    first_s = time.perf_counter() - start
+    first_s, _ = harness.timed(update)
     warm_updates = math.ceil(spec["warmup"] / per_update)
     for _ in range(warm_updates - 1):
         update()
     finish()
     if dist.is_chief:
-        log(
+        harness.log(
             f"{tag}: first update {first_s:.1f}s, {warm_updates} warm-up update(s); "
-            f"RSS {current_rss_mb():,.0f} MB, peak {peak_rss_mb():,.0f} MB"
+            f"RSS {harness.rss_mb():,.0f} MB, peak {harness.peak_rss_mb():,.0f} MB"
         )
-    emit({"event": "ready", "rank": dist.rank, "size": dist.size, "first_update_s": first_s})
+    harness.emit({"event": "ready", "rank": dist.rank, "size": dist.size, "first_update_s": first_s})
 
     updates = math.ceil(spec["steps"] / per_update)
+
+    def timed_repeat():
+        for _ in range(updates):
+            update()
+        finish()  # the clock stops when the device is done
+
     for repeat in itertools.count():
         # Paused between its repeats, it sees the time the other stack's repeats took pass too.
         if wait_for_command(spec["control_dir"], repeat, 3 * spec["timeout"]) == "stop":
             break
         dist.barrier()  # workers start the clock together
-        start = time.perf_counter()
-        for _ in range(updates):
-            update()
-        finish()  # the clock stops when the device is done
-        elapsed = time.perf_counter() - start
+        elapsed, _ = harness.timed(timed_repeat)
         rate = sequences * updates / elapsed
-        emit(
-            {
-                "event": "repeat",
-                "repeat": repeat,
-                "rank": dist.rank,
-                "seq_per_s": rate,
-                "rss_mb": peak_rss_mb(),
-            }
-        )
-    emit({"event": "done", "rank": dist.rank, "rss_mb": peak_rss_mb()})
-
-
-def child_main(spec_json: str) -> None:
-    spec = json.loads(spec_json)
-    where: dict = {"rank": 0}
-    try:
-        measure(spec, where)
-    except Exception as err:  # reported as a table row, not a crash of the whole run
-        text = f"{type(err).__name__}: {err}"
-        log(f"{spec['label']} {spec['stack']}: FAILED: {text.splitlines()[0] if text else text}")
-        emit({"event": "error", "rank": where["rank"], "error": error_cell(text)})
+        harness.emit({"event": "repeat", "repeat": repeat, "rank": dist.rank, "seq_per_s": rate})
 
 
 # ---------------------------------------------------------------------------- parent process
 
 
-class ChildFailed(Exception):
-    pass
-
-
-class Child:
-    """One measuring child process (or `workers` of them under horovodrun) and its events."""
+class StackChild:
+    """One stack's measuring child (or `workers` of them under horovodrun), told through files in
+    its control directory when to time a repeat and when to stop."""
 
     def __init__(self, spec: dict, workdir: str, timeout_s: float):
         self.workers = spec["workers"]
         self.timeout_s = timeout_s
         spec["control_dir"] = self.control_dir = tempfile.mkdtemp(prefix="control-", dir=workdir)
-        argv = [sys.executable, os.path.abspath(__file__), "--_child", json.dumps(spec)]
+        argv = harness.child_argv(__file__, spec)
         if self.workers > 1:
             n = str(self.workers)
             argv = [horovodrun_path(), "-np", n, "-H", f"localhost:{n}", "--gloo", *argv]
         code_root = spec.get("code_root", ROOT)
-        env = dict(
-            os.environ,
-            PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
-            PYTHONPATH=code_root,
-            BENCH_CODE_ROOT=code_root,
+        env = {
+            "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
+            "PYTHONPATH": code_root,
+            "BENCH_CODE_ROOT": code_root,
             # OpenMPI's busy polling would take the cores from TensorFlow (tests/conftest.py).
-            OMPI_MCA_mpi_yield_when_idle="1",
-        )
-        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-        env.setdefault("OMP_NUM_THREADS", str(spec["threads"]))
-        self.proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-            cwd=code_root,
-            start_new_session=True,  # horovodrun's workers can be ended with it as one group
-        )
-        self.events: queue.Queue = queue.Queue()
-        self.stderr_tail: collections.deque = collections.deque(maxlen=200)
-        self._readers = [
-            threading.Thread(target=self._read_stdout, daemon=True),
-            threading.Thread(target=self._read_stderr, daemon=True),
-        ]
-        for reader in self._readers:
-            reader.start()
-
-    def _read_stdout(self):
-        for line in self.proc.stdout:
-            at = line.find("RESULT ")  # horovodrun prefixes each line with the rank
-            if at >= 0:
-                self.events.put(json.loads(line[at + len("RESULT ") :]))
-        self.events.put({"event": "eof"})
-
-    def _read_stderr(self):
-        for line in self.proc.stderr:
-            if "[bench]" in line:
-                sys.stderr.write(line[line.find("[bench]") :])
-                sys.stderr.flush()
-            else:
-                self.stderr_tail.append(line.rstrip())
+            "OMPI_MCA_mpi_yield_when_idle": "1",
+            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(spec["threads"])),
+        }
+        self.child = harness.Child(argv, env=env, cwd=code_root)
 
     def wait_for(self, kind: str, repeat: int | None = None) -> list[dict]:
         """One `kind` event from every worker (sorted by rank); ChildFailed on an error, a crash
@@ -511,61 +422,29 @@ class Child:
         got: dict[int, dict] = {}
         deadline = time.monotonic() + self.timeout_s
         while len(got) < self.workers:
-            try:
-                event = self.events.get(timeout=max(0.1, deadline - time.monotonic()))
-            except queue.Empty:
-                self.kill()
-                raise ChildFailed(f"timed out after {self.timeout_s:.0f}s") from None
-            if event["event"] == "error":
-                self.kill()
-                raise ChildFailed(event["error"])
-            if event["event"] == "eof":
-                self.proc.wait()
-                raise ChildFailed(crash_cause(list(self.stderr_tail), self.proc.returncode))
+            event = self.child.next_event(max(0.1, deadline - time.monotonic()))
             if event["event"] == kind and (repeat is None or event.get("repeat") == repeat):
                 got[event["rank"]] = event
         return [got[r] for r in sorted(got)]
 
     def go(self, repeat: int) -> list[dict]:
         """Resumes the child, has it time one repeat, and pauses it again."""
-        self.resume()
+        self.child.resume()
         open(os.path.join(self.control_dir, f"go-{repeat}"), "w").close()
         events = self.wait_for("repeat", repeat)
-        self.pause()
+        self.child.pause()
         return events
 
-    def pause(self) -> None:
-        # An idle child is not idle enough: tf.data threads, and above all Horovod's background
-        # loop, which polls every few milliseconds, took ~20% of 2 cores from the other stack's
-        # repeat. Stopped, the whole group (horovodrun and its workers) takes nothing.
-        self._signal(signal.SIGSTOP)
-
-    def resume(self) -> None:
-        self._signal(signal.SIGCONT)
-
-    def _signal(self, signum) -> None:
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signum)  # the group this child leads
-            except ProcessLookupError:
-                pass
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.resume()
-            open(os.path.join(self.control_dir, "stop"), "w").close()
-            try:
-                self.proc.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                self.kill()
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)  # the group this child leads
-            except ProcessLookupError:
-                pass
-            self.proc.wait()
+    def stop(self) -> float | None:
+        """Ends the child; returns its peak RSS in MB: of the process, or under horovodrun of the
+        largest worker (None where it did not end by itself)."""
+        self.child.resume()
+        open(os.path.join(self.control_dir, "stop"), "w").close()
+        try:
+            done = self.child.wait(timeout_s=120)
+        except harness.ChildFailed:
+            return None
+        return done.peak_rss_mb if self.workers == 1 else done.children_peak_rss_mb
 
 
 def horovodrun_path() -> str | None:
@@ -591,15 +470,6 @@ def keras_hub_missing() -> str | None:
     if importlib.util.find_spec("keras_hub") is None:
         return f"keras_hub is not importable in {sys.executable}; install it with: {KERAS_HUB_INSTALL}"
     return None
-
-
-def package_version(name: str) -> str:
-    from importlib import metadata
-
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return "not installed"
 
 
 def write_temporary_records(
@@ -662,47 +532,52 @@ def default_batch(model: str, seq_length: int) -> int:
 def spread(values: list[float]) -> str:
     if len(values) < 2:
         return "-"
-    mid = statistics.median(values)
-    return f"{min(values):.2f}-{max(values):.2f} ({100 * (max(values) - min(values)) / mid:.0f}%)"
+    percent = 100 * (max(values) - min(values)) / statistics.median(values)
+    return f"{harness.min_max(values)} ({percent:.0f}%)"
 
 
 def measure_pair(specs: dict, repeats: int, workdir: str, timeout_s: float) -> dict:
     """Starts the children of {stack: spec} one after the other, then interleaves their repeats
-    (in --stacks order on even repeats, reversed on odd ones); a child is paused (SIGSTOP) whenever
-    it is not the one being timed.
+    (harness.interleaved: in --stacks order on even repeats, reversed on odd ones); a child is
+    paused (SIGSTOP) whenever it is not the one being timed.
 
-    Returns {stack: {"rates": per repeat, the list of each worker's seq/s; "rss": MB per worker;
-    "error": why it failed, when it did}}."""
-    results: dict = {name: {"rates": [], "rss": []} for name in specs}
+    Returns {stack: {"rates": per repeat, the list of each worker's seq/s; "rss_mb": its peak RSS
+    (of the largest worker); "workers"; "error": why it failed, when it did}}."""
+    results: dict = {
+        name: {"rates": [], "rss_mb": None, "workers": spec["workers"]} for name, spec in specs.items()
+    }
     children: dict = {}
+
+    def failed(name, err):
+        results[name]["error"] = harness.error_cell(str(err))
+        harness.log(f"  {name}: FAILED: {results[name]['error']}")
+        children.pop(name, None)
+
     try:
         for name, spec in specs.items():
             try:
-                children[name] = Child(dict(spec), workdir, timeout_s)
+                children[name] = StackChild(dict(spec), workdir, timeout_s)
                 children[name].wait_for("ready")
-                children[name].pause()  # while the next one compiles, and between its repeats
-            except ChildFailed as err:
-                results[name]["error"] = str(err)
-                children.pop(name, None)
-        for repeat in range(repeats):
-            order = list(children)
-            for name in order if repeat % 2 == 0 else order[::-1]:
-                try:
-                    events = children[name].go(repeat)
-                except ChildFailed as err:
-                    results[name]["error"] = str(err)
-                    children.pop(name)
-                    continue
-                results[name]["rates"].append([e["seq_per_s"] for e in events])
-                results[name]["rss"] = [e["rss_mb"] for e in events]
-                log(
-                    f"  repeat {repeat + 1}/{repeats} {name}: "
-                    + " + ".join(f"{e['seq_per_s']:.2f}" for e in events)
-                    + " seq/s"
-                )
+                children[name].child.pause()  # while the next one compiles, and between its repeats
+            except harness.ChildFailed as err:
+                failed(name, err)
+        for repeat, name in harness.interleaved(list(children), repeats):
+            if name not in children:
+                continue
+            try:
+                events = children[name].go(repeat)
+            except harness.ChildFailed as err:
+                failed(name, err)
+                continue
+            results[name]["rates"].append([e["seq_per_s"] for e in events])
+            harness.log(
+                f"  repeat {repeat + 1}/{repeats} {name}: "
+                + " + ".join(f"{e['seq_per_s']:.2f}" for e in events)
+                + " seq/s"
+            )
     finally:
-        for child in children.values():
-            child.stop()
+        for name, child in children.items():
+            results[name]["rss_mb"] = child.stop()
     return results
 
 
@@ -716,24 +591,25 @@ def table_rows(config_label: str, workers: int, results: dict) -> list[list[str]
             stack = "keras-hub (AdamW)"
         else:
             stack = name + " (LAMB" + (f", {workers} workers)" if workers > 1 else ")")
-        totals = [sum(r) for r in result["rates"]]
         if "error" in result:
             rows.append([config_label, stack, "FAILED", result["error"], "-", "-"])
             continue
+        totals = [sum(r) for r in result["rates"]]
         median = statistics.median(totals)
         cell = f"{median:.2f}"
-        if len(result["rates"][0]) > 1:
+        if result["workers"] > 1:
             per_worker = statistics.median([statistics.mean(r) for r in result["rates"]])
-            cell += f" ({len(result['rates'][0])} x {per_worker:.2f})"
-        rss = max(result["rss"]) if result["rss"] else float("nan")
-        rss_cell = f"{rss:,.0f}" if len(result["rss"]) == 1 else f"{len(result['rss'])} x {rss:,.0f}"
+            cell += f" ({result['workers']} x {per_worker:.2f})"
+        rss_cell = harness.mb_cell(result["rss_mb"])
+        if result["workers"] > 1:
+            rss_cell = f"{result['workers']} x {rss_cell}"
         ratio = "-"
         if name == "keras-hub":
             ratio = "1"
         elif peer_totals:
             pairs = [o / p for o, p in zip(totals, peer_totals)]
             ratio = f"{statistics.median(pairs):.3f}" + (
-                f" ({min(pairs):.3f}-{max(pairs):.3f})" if len(pairs) > 1 else ""
+                f" ({harness.min_max(pairs, '{:.3f}')})" if len(pairs) > 1 else ""
             )
         rows.append([config_label, stack, cell, spread(totals), ratio, rss_cell])
     return rows
@@ -765,23 +641,10 @@ def remove_worktrees(paths: list[str]) -> None:
         subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", path], capture_output=True)
 
 
-def markdown_table(headers: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines)
+# ------------------------------------------------------------------------------------- main
 
 
-def cpu_name() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
-    except OSError:
-        pass
-    return cpu
-
-
-def main() -> None:
+def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -876,159 +739,219 @@ def main() -> None:
         "abandoned and its row reported as failed [1800]",
     )
     parser.add_argument("--quick", action="store_true", help="smoke run: see the defaults above")
-    parser.add_argument("--_child", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    parser.add_argument(harness.CHILD_FLAG, help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
 
-    if args._child:
-        child_main(args._child)
-        return
 
-    quick = args.quick
+@dataclasses.dataclass
+class Plan:
+    """What to measure: the flags resolved (--quick's narrower defaults where a flag is not given)
+    and checked, and what this machine cannot run dropped with a note."""
 
+    models: list[str]
+    seq_lengths: list[int]
+    precisions: list[str]
+    xla_modes: list[bool]
+    data_modes: list[str]
+    accumulations: list[int]
+    stacks: list[str]
+    read_every: list[int]
+    worker_counts: list[int]
+    steps: int
+    repeats: int
+    warmup: int
+    threads: int
+    batch_size: int | None
+    configs: dict  # (model, S) -> config path
+    tfrecords: dict  # S -> glob; temporary files are added for the others
+    baselines: list[str]  # git revisions
+    seed: int
+    deterministic: bool
+    timeout: float
+    notes: list[str]
+
+
+def plan_from(args: argparse.Namespace) -> Plan:
     def pick(value, full, smoke):
-        return value if value is not None else (smoke if quick else full)
+        return value if value is not None else (smoke if args.quick else full)
+
+    def ints(text, flag):
+        return [positive_int(v, flag) for v in parse_list(text, None, flag)]
 
     models = parse_list(pick(args.models, ",".join(DEFAULT_MODELS), "mini"), None, "--models")
-    seq_lengths = [
-        positive_int(s, "--seq_lengths")
-        for s in parse_list(pick(args.seq_lengths, "128", "128"), None, "--seq_lengths")
-    ]
-    precisions = parse_list(pick(args.precisions, "fp32,bf16", "fp32"), PRECISIONS, "--precisions")
-    xla_modes = [x == "on" for x in parse_list(pick(args.xla, "on,off", "on"), ("on", "off"), "--xla")]
-    data_modes = parse_list(pick(args.data, "synthetic,tfrecord", "synthetic"), DATA, "--data")
-    accumulations = [
-        positive_int(a, "--accumulation")
-        for a in parse_list(pick(args.accumulation, "1,4", "1"), None, "--accumulation")
-    ]
-    stacks = parse_list(args.stacks, STACKS, "--stacks")
-    read_every = [positive_int(n, "--read_every") for n in parse_list(args.read_every, None, "--read_every")]
-    steps = positive_int(str(pick(args.steps, 4, 2)), "--steps")
-    repeats = positive_int(str(pick(args.repeats, 3, 2)), "--repeats")
-    warmup = positive_int(str(pick(args.warmup, 2, 2)), "--warmup")
+    seq_lengths = ints(pick(args.seq_lengths, "128", "128"), "--seq_lengths")
     if args.batch_size is not None:
         positive_int(str(args.batch_size), "--batch_size")
     if args.horovod_workers < 1:
         raise SystemExit(f"--horovod_workers must be at least 1 (got {args.horovod_workers}).")
-    threads = args.threads or usable_cores()
-    tfrecords = parse_tfrecords(args.tfrecords, seq_lengths)
-    configs = {(m, s): config_path(m, s) for m in models for s in seq_lengths}
     for s in seq_lengths:
         if default_predictions(s) > s:
             raise SystemExit(f"--seq_lengths {s} is too short for {default_predictions(s)} predictions.")
+    plan = Plan(
+        models=models,
+        seq_lengths=seq_lengths,
+        precisions=parse_list(pick(args.precisions, "fp32,bf16", "fp32"), PRECISIONS, "--precisions"),
+        xla_modes=[x == "on" for x in parse_list(pick(args.xla, "on,off", "on"), ("on", "off"), "--xla")],
+        data_modes=parse_list(pick(args.data, "synthetic,tfrecord", "synthetic"), DATA, "--data"),
+        accumulations=ints(pick(args.accumulation, "1,4", "1"), "--accumulation"),
+        stacks=parse_list(args.stacks, STACKS, "--stacks"),
+        read_every=ints(args.read_every, "--read_every"),
+        worker_counts=[1],
+        steps=positive_int(str(pick(args.steps, 4, 2)), "--steps"),
+        repeats=positive_int(str(pick(args.repeats, 3, 2)), "--repeats"),
+        warmup=positive_int(str(pick(args.warmup, 2, 2)), "--warmup"),
+        threads=args.threads or harness.usable_cores(),
+        batch_size=args.batch_size,
+        configs={(m, s): config_path(m, s) for m in models for s in seq_lengths},
+        tfrecords=parse_tfrecords(args.tfrecords, seq_lengths),
+        baselines=parse_list(args.baseline, None, "--baseline") if args.baseline else [],
+        seed=args.seed,
+        deterministic=args.deterministic == "on",
+        timeout=args.timeout,
+        notes=[],
+    )
+    drop_unavailable(plan, args.horovod_workers)
+    return plan
 
-    notes = []
-    peer_missing = keras_hub_missing() if "keras-hub" in stacks else None
-    if peer_missing:
-        log(peer_missing + "; measuring our rows only.")
-        notes.append(peer_missing + "; only our rows were measured.")
-        stacks = [s for s in stacks if s != "keras-hub"]
-    worker_counts = [1]
-    if args.horovod_workers > 1:
+
+def drop_unavailable(plan: Plan, horovod_workers: int) -> None:
+    """keras-hub when it is not installed, the multi-worker rows without Horovod; each noted."""
+    missing = keras_hub_missing() if "keras-hub" in plan.stacks else None
+    if missing:
+        harness.log(missing + "; measuring our rows only.")
+        plan.notes.append(missing + "; only our rows were measured.")
+        plan.stacks = [s for s in plan.stacks if s != "keras-hub"]
+    if horovod_workers > 1:
         missing = horovod_missing()
         if missing:
-            log(f"--horovod_workers {args.horovod_workers}: {missing}; the multi-worker rows are skipped.")
-            notes.append(f"Multi-worker rows skipped: {missing}.")
-        elif "ours" in stacks:
-            worker_counts.append(args.horovod_workers)
-    if not stacks:
+            harness.log(f"--horovod_workers {horovod_workers}: {missing}; the multi-worker rows are skipped.")
+            plan.notes.append(f"Multi-worker rows skipped: {missing}.")
+        elif "ours" in plan.stacks:
+            plan.worker_counts.append(horovod_workers)
+    if not plan.stacks:
         raise SystemExit("Nothing to measure: --stacks names no available stack.")
 
-    workdir = tempfile.mkdtemp(prefix="pretrain_throughput_")
-    baselines: dict[str, str] = {}  # stack name -> worktree
-    try:
-        for revision in parse_list(args.baseline, None, "--baseline") if args.baseline else []:
-            name, path = add_worktree(workdir, revision)
-            baselines[name] = path
-            log(f"--baseline {revision}: {name} from a worktree at {path}")
-        if "tfrecord" in data_modes:
-            for s in seq_lengths:
-                if s not in tfrecords:
-                    vocab = min(
-                        BertConfig.from_json_file(p).vocab_size for (m, q), p in configs.items() if q == s
-                    )
-                    tfrecords[s] = write_temporary_records(
-                        os.path.join(workdir, f"records-s{s}"), s, default_predictions(s), vocab, args.seed
-                    )
-                    log(
-                        f"wrote {TEMP_FILES} x {TEMP_RECORDS_PER_FILE} temporary records of seq {s} to {tfrecords[s]}"
-                    )
-        groups = list(
-            itertools.product(
-                models, seq_lengths, precisions, xla_modes, data_modes, accumulations, worker_counts
-            )
-        )
-        if "ours" not in stacks:  # keras-hub alone has no accumulation or worker variants
-            groups = [g for g in groups if g[5] == accumulations[0] and g[6] == 1]
-        ours_variants = len(baselines) + len(read_every) - 1 if "ours" in stacks else 0
-        log(
-            f"{len(groups)} configuration(s) x {len(stacks) + ours_variants} stack(s); {repeats} repeats x {steps} "
-            f"micro-batches after {warmup} warm-up; {threads} intra-op thread(s) ({usable_cores()} usable cores)"
-        )
-        rows = []
-        started = time.perf_counter()
-        for i, (model, seq, precision, xla, data, accumulation, workers) in enumerate(groups, 1):
-            config = BertConfig.from_json_file(configs[(model, seq)])
-            batch = args.batch_size or default_batch(model, seq)
-            label = (
-                f"{model} L{config.num_hidden_layers}/H{config.hidden_size} s{seq} b{batch} "
-                f"{precision} XLA {'on' if xla else 'off'} {data} acc{accumulation}"
-            )
-            spec = {
-                "label": label,
-                "config_path": configs[(model, seq)],
-                "seq_length": seq,
-                "predictions": default_predictions(seq),
-                "batch": batch,
-                "precision": precision,
-                "xla": xla,
-                "data": data,
-                "tfrecords": tfrecords.get(seq),
-                "accumulation": accumulation,
-                "workers": 1,
-                "threads": threads,
-                "steps": steps,
-                "warmup": warmup,
-                "seed": args.seed,
-                "deterministic": args.deterministic == "on",
-                "timeout": args.timeout,
-            }
-            specs = {}
-            if "ours" in stacks:
-                ours = {**spec, "workers": workers, "threads": max(1, threads // workers)}
-                for name, path in baselines.items():
-                    specs[name] = {**ours, "stack": name, "code_root": path}
-                for n in read_every:
-                    name = "ours" if n == 1 else f"ours, reads every {n}"
-                    specs[name] = {**ours, "stack": name, "read_every": n}
-            if "keras-hub" in stacks:
-                specs["keras-hub"] = {**spec, "stack": "keras-hub", "accumulation": 1}
-            log(f"[{i}/{len(groups)}] {label}" + (f", ours on {workers} workers" if workers > 1 else ""))
-            group_start = time.perf_counter()
-            results = measure_pair(specs, repeats, workdir, args.timeout)
-            log(f"[{i}/{len(groups)}] done in {time.perf_counter() - group_start:.0f}s")
-            rows += table_rows(label, workers, results)
-        total_s = time.perf_counter() - started
-    finally:
-        remove_worktrees(list(baselines.values()))
-        shutil.rmtree(workdir, ignore_errors=True)
 
+def add_baselines(plan: Plan, workdir: str, baselines: dict) -> None:
+    """A worktree per --baseline revision, into baselines {stack name: worktree}."""
+    for revision in plan.baselines:
+        name, path = add_worktree(workdir, revision)
+        baselines[name] = path
+        harness.log(f"--baseline {revision}: {name} from a worktree at {path}")
+
+
+def write_missing_records(plan: Plan, workdir: str) -> None:
+    """Small temporary TFRecords for each sequence length --data tfrecord has no files of."""
+    if "tfrecord" not in plan.data_modes:
+        return
+    for s in plan.seq_lengths:
+        if s in plan.tfrecords:
+            continue
+        vocab = min(BertConfig.from_json_file(p).vocab_size for (m, q), p in plan.configs.items() if q == s)
+        plan.tfrecords[s] = write_temporary_records(
+            os.path.join(workdir, f"records-s{s}"), s, default_predictions(s), vocab, plan.seed
+        )
+        harness.log(
+            f"wrote {TEMP_FILES} x {TEMP_RECORDS_PER_FILE} temporary records of seq {s} to {plan.tfrecords[s]}"
+        )
+
+
+def configurations(plan: Plan) -> list[tuple]:
+    """(model, S, precision, xla, data, accumulation, workers) of every row group."""
+    groups = list(
+        itertools.product(
+            plan.models,
+            plan.seq_lengths,
+            plan.precisions,
+            plan.xla_modes,
+            plan.data_modes,
+            plan.accumulations,
+            plan.worker_counts,
+        )
+    )
+    if "ours" not in plan.stacks:  # keras-hub alone has no accumulation or worker variants
+        groups = [g for g in groups if g[5] == plan.accumulations[0] and g[6] == 1]
+    return groups
+
+
+def group_specs(plan: Plan, group: tuple, baselines: dict) -> tuple[str, dict]:
+    """The row label of one configuration and the child spec of each stack measured for it."""
+    model, seq, precision, xla, data, accumulation, workers = group
+    config = BertConfig.from_json_file(plan.configs[(model, seq)])
+    batch = plan.batch_size or default_batch(model, seq)
+    label = (
+        f"{model} L{config.num_hidden_layers}/H{config.hidden_size} s{seq} b{batch} "
+        f"{precision} XLA {'on' if xla else 'off'} {data} acc{accumulation}"
+    )
+    spec = {
+        "label": label,
+        "config_path": plan.configs[(model, seq)],
+        "seq_length": seq,
+        "predictions": default_predictions(seq),
+        "batch": batch,
+        "precision": precision,
+        "xla": xla,
+        "data": data,
+        "tfrecords": plan.tfrecords.get(seq),
+        "accumulation": accumulation,
+        "workers": 1,
+        "threads": plan.threads,
+        "steps": plan.steps,
+        "warmup": plan.warmup,
+        "seed": plan.seed,
+        "deterministic": plan.deterministic,
+        "timeout": plan.timeout,
+    }
+    specs = {}
+    if "ours" in plan.stacks:
+        ours = {**spec, "workers": workers, "threads": max(1, plan.threads // workers)}
+        for name, path in baselines.items():
+            specs[name] = {**ours, "stack": name, "code_root": path}
+        for n in plan.read_every:
+            name = "ours" if n == 1 else f"ours, reads every {n}"
+            specs[name] = {**ours, "stack": name, "read_every": n}
+    if "keras-hub" in plan.stacks:
+        specs["keras-hub"] = {**spec, "stack": "keras-hub", "accumulation": 1}
+    return label, specs
+
+
+def measure_all(plan: Plan, baselines: dict, workdir: str) -> list[list[str]]:
+    """Every configuration's stacks measured side by side; the table's rows."""
+    groups = configurations(plan)
+    ours_variants = len(baselines) + len(plan.read_every) - 1 if "ours" in plan.stacks else 0
+    harness.log(
+        f"{len(groups)} configuration(s) x {len(plan.stacks) + ours_variants} stack(s); {plan.repeats} "
+        f"repeats x {plan.steps} micro-batches after {plan.warmup} warm-up; {plan.threads} intra-op "
+        f"thread(s) ({harness.usable_cores()} usable cores)"
+    )
+    rows = []
+    for i, group in enumerate(groups, 1):
+        label, specs = group_specs(plan, group, baselines)
+        workers = group[-1]
+        harness.log(f"[{i}/{len(groups)}] {label}" + (f", ours on {workers} workers" if workers > 1 else ""))
+        seconds, results = harness.timed(lambda: measure_pair(specs, plan.repeats, workdir, plan.timeout))
+        harness.log(f"[{i}/{len(groups)}] done in {seconds:.0f}s")
+        rows += table_rows(label, workers, results)
+    return rows
+
+
+def print_report(plan: Plan, rows: list[list[str]], total_s: float) -> None:
     print(
-        f"BERT pretraining update throughput, ours vs keras-hub {package_version('keras-hub')}: "
-        f"TF {tensorflow_version()}, Keras {package_version('keras')}, CPU: {cpu_name()}, "
-        f"{threads} intra-op / 1 inter-op thread(s), op determinism {args.deterministic}"
+        f"BERT pretraining update throughput, ours vs keras-hub {harness.package_version('keras-hub')}: "
+        f"TF {harness.package_version('tensorflow', 'tensorflow-cpu')}, "
+        f"Keras {harness.package_version('keras')}, CPU: {harness.cpu_name()}, "
+        f"{plan.threads} intra-op / 1 inter-op thread(s), "
+        f"op determinism {'on' if plan.deterministic else 'off'}"
     )
     print(
-        f"median of {repeats} interleaved repeats x {steps} micro-batches after {warmup} warm-up "
-        "(both in whole updates of ours); "
+        f"median of {plan.repeats} interleaved repeats x {plan.steps} micro-batches after {plan.warmup} "
+        "warm-up (both in whole updates of ours); "
         f"spread = min-max (range / median); ratio = median of per-repeat ours / keras-hub (min-max); "
         f"run took {total_s / 60:.1f} min"
     )
     print()
-    print(
-        markdown_table(
-            ["config", "stack", "seq/s median", "spread", "ratio vs keras-hub", "peak RSS MB"], rows
-        )
-    )
+    headers = ["config", "stack", "seq/s median", "spread", "ratio vs keras-hub", "peak RSS MB"]
+    print(harness.markdown_table(headers, rows))
     print()
     print(
         "ours: run_pretraining.py's update (PretrainingStep, LAMB, accumulation accN); keras-hub: "
@@ -1036,8 +959,26 @@ def main() -> None:
         "accumulation, measured beside each of our rows. 2-worker cells: total (workers x median "
         "per worker); peak RSS: workers x the largest."
     )
-    for note in notes:
+    for note in plan.notes:
         print(note)
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    if args._child:
+        harness.serve(measure, args._child)
+        return
+    plan = plan_from(args)
+    workdir = tempfile.mkdtemp(prefix="pretrain_throughput_")
+    baselines: dict[str, str] = {}  # stack name -> worktree
+    try:
+        add_baselines(plan, workdir, baselines)
+        write_missing_records(plan, workdir)
+        total_s, rows = harness.timed(lambda: measure_all(plan, baselines, workdir))
+    finally:
+        remove_worktrees(list(baselines.values()))
+        shutil.rmtree(workdir, ignore_errors=True)
+    print_report(plan, rows, total_s)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The generator of realistic multistream dumps (data/corpus/dump_generator.py): Wikipedia's layout,
+"""The generator of realistic multistream dumps (tests/dump_generator.py): Wikipedia's layout,
 seeded bytes, the page kinds the cleaner must tell apart."""
 
 import bz2
@@ -6,7 +6,8 @@ import collections
 
 import pytest
 
-from data.corpus import dump_generator, wikipedia
+import dump_generator
+from data.corpus import wikipedia
 from data.corpus.text_formatting import iter_documents
 
 

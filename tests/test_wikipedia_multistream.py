@@ -11,8 +11,9 @@ import threading
 
 import pytest
 
+import dump_generator
 from common.errors import UserError
-from data.corpus import download, dump_generator
+from data.corpus import download
 from data.corpus.text_formatting import format_corpus, iter_documents
 
 

@@ -1,0 +1,326 @@
+"""The benchmarks (bench/): every script run at its smallest settings, so none rots unseen (each
+prints its table: the header, one row of numbers per configuration), and the harness they all
+measure with (bench/harness.py): peak memory as the child's own VmHWM, its workers' apart; events,
+failures and timeouts of a child; the interleaved order of repeats."""
+
+import os
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+
+from bench import harness
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NUMBER = re.compile(r"-?[\d,]+(\.\d+)?(x| s)?")  # 1,234 / 0.99 / 1.00x / 0.12 s
+NUMBER_RANGE = re.compile(r"[\d,.]+ \([\d,.]+-[\d,.]+\)")  # median (min-max)
+
+
+def run_bench(script: str, *args: str) -> str:
+    """Runs bench/<script> with `args` as a user would; its stdout."""
+    done = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "bench", script), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def tables(stdout: str) -> list[tuple[list[str], list[list[str]]]]:
+    """The markdown tables in `stdout`: (header cells, rows of cells) each."""
+    found, lines = [], stdout.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("|---") and i > 0 and lines[i - 1].startswith("| "):
+            rows = []
+            for row in lines[i + 1 :]:
+                if not row.startswith("|"):
+                    break
+                rows.append([cell.strip() for cell in row.strip().strip("|").split("|")])
+            found.append(([cell.strip() for cell in lines[i - 1].strip().strip("|").split("|")], rows))
+    return found
+
+
+def assert_numbers(rows: list[list[str]], columns: list[int], pattern=NUMBER) -> None:
+    for row in rows:
+        for column in columns:
+            assert pattern.fullmatch(row[column]), (column, row)
+
+
+# ------------------------------------------------------------------------------------ harness
+
+
+PROBE = r"""
+import subprocess, sys, time
+worker = subprocess.Popen([sys.executable, "-c", '''
+import time
+block = bytearray(150 << 20)  # 150 MB, touched
+start = time.process_time()
+while time.process_time() - start < 0.5:
+    pass
+'''])
+worker.wait()
+block = bytearray(80 << 20)  # 80 MB, touched
+time.sleep(0.3)
+with open("/proc/self/status") as status:
+    print([line.split()[1] for line in status if line.startswith("VmHWM:")][0], flush=True)
+"""
+
+
+def test_peak_memory_is_the_childs_own_vmhwm_and_its_workers_apart():
+    ballast = bytearray(300 << 20)  # the starter's own peak must not show in the child's
+    done = harness.run([sys.executable, "-c", PROBE], "probe")
+    del ballast
+    assert done.returncode == 0
+    own_kb = int(done.stdout.split()[0])
+    assert done.peak_rss_mb == pytest.approx(own_kb / 1024, abs=1.0)  # what the child read itself
+    assert 80 < done.peak_rss_mb < 150
+    assert 150 < done.children_peak_rss_mb < 220
+    assert 0.4 < done.children_cpu_s <= done.cpu_s  # the worker's busy half second
+    assert done.seconds > 0.8
+
+
+def test_a_childs_events_come_in_order_and_an_error_or_a_silent_exit_fails_it():
+    emit_then_fail = (
+        "from bench import harness\n"
+        "harness.emit({'event': 'ready', 'rank': 0})\n"
+        "def measure(spec):\n"
+        "    harness.log('measuring')\n"
+        "    raise ValueError(f'no {spec[\"what\"]}')\n"
+        'harness.serve(measure, \'{"what": "luck"}\')\n'
+    )
+    with harness.Child([sys.executable, "-c", emit_then_fail]) as child:
+        assert child.next_event(timeout_s=60) == {"event": "ready", "rank": 0}
+        with pytest.raises(harness.ChildFailed, match="ValueError: no luck"):
+            child.next_event(timeout_s=60)
+
+    crash = "import sys; print('Fatal: out of luck', file=sys.stderr); sys.exit(3)"
+    with harness.Child([sys.executable, "-c", crash]) as child:
+        with pytest.raises(harness.ChildFailed, match="exit 3: Fatal: out of luck"):
+            child.next_event(timeout_s=60)
+
+    with pytest.raises(harness.ChildFailed, match=r"(?s)exiting failed \(exit 3\):.*out of luck"):
+        harness.run([sys.executable, "-c", crash], "exiting")
+
+
+def alive_in_group(group: int) -> list[int]:
+    """The processes of process group `group` that are not zombies."""
+    alive = []
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()  # state, ppid, pgrp, ...
+        except OSError:
+            continue
+        if int(fields[2]) == group and fields[0] != b"Z":
+            alive.append(int(name))
+    return alive
+
+
+def test_a_child_past_its_timeout_is_killed_with_its_workers():
+    sleeper = (
+        "import subprocess, time\n"
+        "from bench import harness\n"
+        "subprocess.Popen(['sleep', '60'])\n"
+        "harness.emit({'event': 'up'})\n"
+        "time.sleep(60)\n"
+    )
+    with harness.Child([sys.executable, "-c", sleeper]) as child:
+        assert child.next_event(timeout_s=60) == {"event": "up"}
+        group = child.proc.pid
+        assert len(alive_in_group(group)) == 2
+        started = time.perf_counter()
+        with pytest.raises(harness.ChildFailed, match="timed out after 1s"):
+            child.wait(timeout_s=1)
+        assert time.perf_counter() - started < 5
+        assert child.proc.returncode == -9
+    deadline = time.monotonic() + 10  # SIGKILL is delivered, not waited for
+    while alive_in_group(group) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert alive_in_group(group) == []  # the worker (sleep) went with it
+
+
+def test_interleaved_repeats_alternate_the_order():
+    assert list(harness.interleaved(["a", "b", "c"], 3)) == [
+        (0, "a"), (0, "b"), (0, "c"), (1, "c"), (1, "b"), (1, "a"), (2, "a"), (2, "b"), (2, "c"),
+    ]  # fmt: skip
+    assert harness.median_range([3.0, 1.0, 2.0]) == "2.00 (1.00-3.00)"
+
+
+# --------------------------------------------------------------------- every script, smallest
+
+
+def test_model_throughput():
+    out = run_bench(
+        "model_throughput.py",
+        *("--models", "tiny", "--precisions", "float32", "--xla", "off", "--seq_length", "16"),
+        *("--max_predictions", "2", "--batch_sizes", "2", "--steps", "1", "--repeats", "1", "--warmup", "1"),
+    )
+    [(header, rows)] = tables(out)
+    assert header == [
+        "model",
+        "params (M)",
+        "precision",
+        "xla",
+        "batch",
+        "compile s",
+        "seq/s",
+        "vs fp32/no-XLA",
+    ]
+    assert [row[:5] for row in rows] == [["tiny", "4.4", "float32", "off", "2"]]
+    assert_numbers(rows, [5, 6])
+    assert rows[0][7] == "1.00x"
+
+
+def test_pretrain_throughput():
+    out = run_bench(
+        "pretrain_throughput.py",
+        *(
+            "--models",
+            "tiny",
+            "--stacks",
+            "ours",
+            "--precisions",
+            "fp32",
+            "--xla",
+            "off",
+            "--data",
+            "synthetic",
+        ),
+        *("--accumulation", "1", "--seq_lengths", "16", "--batch_size", "2"),
+        *("--steps", "1", "--repeats", "1", "--warmup", "1"),
+    )
+    [(header, rows)] = tables(out)
+    assert header == ["config", "stack", "seq/s median", "spread", "ratio vs keras-hub", "peak RSS MB"]
+    assert [row[:2] for row in rows] == [["tiny L2/H128 s16 b2 fp32 XLA off synthetic acc1", "ours (LAMB)"]]
+    assert_numbers(rows, [2, 5])
+    assert int(rows[0][5].replace(",", "")) > 200  # a process that imported TensorFlow and built BERT
+
+
+def test_inference():
+    out = run_bench("inference.py", "--quick", "--tasks", "glue", "--batch_sizes", "1")
+    [(header, rows)] = tables(out)
+    assert header == ["task", "seq", "batch", "path", "seq/s", "p50 ms", "p90 ms", "p99 ms", "max ms"]
+    assert [row[:4] for row in rows] == [
+        ["glue", "128", "1", "savedmodel"],
+        ["glue", "128", "1", "keras+xla"],
+    ]
+    assert_numbers(rows, [4, 5, 6, 7, 8])
+
+
+def test_input_order():
+    out = run_bench(
+        "input_order.py",
+        *("--files", "2", "--records", "100", "--workers", "1", "--phases", "1"),
+        *("--window", "100", "--seconds", "0.2", "--repeats", "1"),
+    )
+    [(header, rows)] = tables(out)
+    assert header == [
+        "input",
+        "workers",
+        "pipeline",
+        "sequences/s of worker 0, median (min-max)",
+        "/ per-worker files",
+    ]
+    assert [row[:3] for row in rows] == [
+        ["phase 1 (s128, b64)", "1", "global order"],
+        ["phase 1 (s128, b64)", "1", "per-worker files"],
+        ["phase 1: first batch from sequence 0", "", "global order"],
+        ["phase 1: first batch from sequence 117 (mid-epoch)", "", "global order"],
+    ]
+    assert_numbers(rows[:2], [3], NUMBER_RANGE)
+    assert_numbers(rows[:2], [4])
+    assert_numbers(rows[2:], [3])
+
+
+def test_optimizer_convergence(tmp_path):
+    out = run_bench(
+        "optimizer_convergence.py",
+        *("--corpus_mb", "0.2", "--vocab_size", "300", "--sequences", "16", "--micro_batch", "8"),
+        *("--accumulation", "2", "--eval_batches", "1", "--runs", "a,c", "--xla", "off"),
+        *("--cache_dir", str(tmp_path)),
+    )
+    [(header, rows)] = tables(out)
+    assert header == [
+        "run",
+        "peak lr",
+        "updates",
+        "train loss",
+        "held-out loss",
+        "MLM acc",
+        "NSP acc",
+        "seconds",
+    ]
+    assert [row[:3] for row in rows] == [
+        ["(a) Adam, batch 8", "1.00e-03", "2"],
+        ["(c) LAMB, batch 16", "1.77e-02", "1"],
+    ]
+    assert_numbers(rows, [3, 4, 5, 6, 7])
+
+
+def test_prep_throughput(tmp_path):
+    out = run_bench("prep_throughput.py", "--sizes", "0.2", "--repeats", "1", "--cache_dir", str(tmp_path))
+    runs, tokenization, end_to_end = tables(out)
+    header, rows = runs
+    assert header == ["run", "input MB", "seconds", "CPU s", "MB/s", "instances/s", "peak RSS MB"]
+    assert [row[0] for row in rows] == [
+        "create_pretraining_data",
+        "sharding",
+        "create_tfrecord_files_x1",
+        f"create_tfrecord_files_x{os.cpu_count()}",
+        "google reference (issue 3)",
+    ]
+    assert_numbers(rows, [1, 2, 4, 6])
+    assert_numbers([rows[0], *rows[2:4]], [3, 5])  # the runs that write records count them
+
+    header, rows = tokenization
+    assert header == ["tokenizer", "what is timed", "seconds", "CPU s", "MB/s", "C mirror speed-up"]
+    assert len(rows) == 4
+    assert_numbers(rows, [3, 4, 5])
+    assert_numbers(rows, [2], NUMBER_RANGE)
+
+    header, rows = end_to_end
+    assert header[:7] == ["variant", "what runs", "seconds", "CPU s", "MB/s", "instances/s", "peak RSS MB"]
+    assert [row[0] for row in rows] == ["all_native", "rust_tokenizer", "python_instances", "no_native"]
+    assert_numbers(rows, [3, 4, 5, 6, 7])
+    assert "same bytes written by every variant" in out
+
+
+def test_prep_scale(tmp_path):
+    out = run_bench("prep_scale.py", "--xml_mb", "0.5", "--processes", "1,2", "--cache_dir", str(tmp_path))
+    stages, projection = tables(out)
+    header, rows = stages
+    assert header == [
+        "stage",
+        "input MB",
+        "1p seconds",
+        "1p CPU s parent + workers",
+        "1p peak RSS MB parent / worker",
+        "2p seconds",
+        "2p CPU s parent + workers",
+        "2p peak RSS MB parent / worker",
+        "2p speed-up",
+        "same bytes",
+    ]
+    assert [row[0] for row in rows] == ["text_formatting", "sharding", "tfrecords_phase1", "tfrecords_phase2"]
+    assert_numbers(rows, [1, 2, 5, 8])
+    for row in rows:
+        assert re.fullmatch(r"[\d.]+ \+ [\d.]+", row[3]) and re.fullmatch(r"\d+ / (\d+|-)", row[4]), row
+        assert re.fullmatch(r"[\d.]+ \+ [\d.]+", row[6]) and re.fullmatch(r"\d+ / \d+", row[7]), row
+        assert row[9] == "yes"  # 1 and 2 processes wrote the same bytes
+
+    header, rows = projection
+    assert header[:2] == ["stage", "1 process, full dump"]
+    assert [row[0] for row in rows] == [
+        "text_formatting",
+        "sharding",
+        "tfrecords_phase1",
+        "tfrecords_phase2",
+        "whole path",
+    ]
+    assert all(re.fullmatch(r"\d+:\d\d:\d\d", row[1]) for row in rows)
