@@ -1,5 +1,6 @@
-"""The launcher engine: every `scripts/run_*.sh` is a table of settings here, and one engine turns
-what the user typed into the commands to run.
+"""The launcher engine: every `scripts/run_*.sh`, `scripts/data_download.sh` and
+`scripts/quickstart.sh` is a table of settings here, and one engine turns what the user typed into
+the commands to run.
 
     bash scripts/run_squad.sh 24 5e-6 fp16 true 8 --epochs=3 --preset my_cluster -- --seed=7
       -> python -m launch plan run_squad ...      (launch/__main__.py)

@@ -1,6 +1,7 @@
 """`python -m launch plan LAUNCHER PLAN_FILE PYTHON ARGS...`: what scripts/launch.sh calls for
-every launcher; `verify DIR STEPS WAIT_S` and `report SCRIPT OUTPUT_DIR SINCE` are steps a plan
-may hold (phase 1's final checkpoint before phase 2; the metrics a fine-tuning wrote)."""
+every launcher; `verify DIR STEPS WAIT_S`, `report SCRIPT OUTPUT_DIR SINCE` and `quickstart STEP
+...` are steps a plan may hold (phase 1's final checkpoint before phase 2; the metrics a
+fine-tuning wrote; the quickstart's stages, evaluations and closing table, launch/quickstart.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import sys
 
 from common.errors import UserError
 from common.tensorflow_startup import quiet_startup
-from launch import glue, pretraining, squad, tune
+from launch import data, glue, pretraining, quickstart, squad, tune
 from launch.engine import plan_launch, usage_line
 from launch.workers import UsageError
 
@@ -23,11 +24,13 @@ LAUNCHERS = {
     "run_glue": glue.TRAINING,
     "run_glue_inference": glue.INFERENCE,
     "run_tune": tune.LAUNCHER,
+    "data_download": data.LAUNCHER,
+    "quickstart": quickstart.LAUNCHER,
 }
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 USAGE = (
     "usage: python -m launch plan LAUNCHER PLAN_FILE PYTHON ARGS... | verify DIR STEPS WAIT_S | "
-    f"report SCRIPT OUTPUT_DIR SINCE   (LAUNCHER: {', '.join(LAUNCHERS)})"
+    f"report SCRIPT OUTPUT_DIR SINCE | quickstart {quickstart.STEPS}   (LAUNCHER: {', '.join(LAUNCHERS)})"
 )
 
 
@@ -38,6 +41,8 @@ def main(argv=None, environ=None, out=None) -> int:
     out = out or sys.stdout
     command = argv[0] if argv else ""
     script = f"{argv[1]}.sh" if command == "plan" and len(argv) > 1 else "launch"
+    if command == "quickstart":
+        script = "quickstart.sh"
     try:
         if command == "plan" and len(argv) >= 4 and argv[1] in LAUNCHERS:
             launcher = LAUNCHERS[argv[1]]
@@ -54,6 +59,10 @@ def main(argv=None, environ=None, out=None) -> int:
             from launch.finetuning import report
 
             return report(argv[1], argv[2], float(argv[3]), out)
+        if command == "quickstart":
+            status = quickstart.step(argv[1:], out)
+            if status is not None:
+                return status
     except UserError as e:
         print(f"{script}: error: {e}", file=sys.stderr)
         return 2

@@ -60,7 +60,7 @@ class Launcher:
     """One scripts/ launcher: its settings table, its paths and what it plans from them."""
 
     name: str  # "run_squad": its presets live in configs/presets/run_squad/
-    entry: str  # the entry point it runs, e.g. "run_squad.py"
+    entry: str | None  # the entry point flags after -- go to ("run_squad.py"); None: no such flags
     about: tuple  # lines of the --help text under the usage
     settings: tuple  # Setting, positional ones first
     paths: tuple  # PathOption
@@ -130,6 +130,8 @@ def parse_arguments(launcher: Launcher, args) -> Request:
         arg = args[i]
         i += 1
         if arg == "--":
+            if launcher.entry is None:
+                raise UsageError("nothing may follow --: this launcher passes no flags on to a program.")
             request.extra = args[i:]
             break
         if arg in ("-h", "--help"):
@@ -140,7 +142,9 @@ def parse_arguments(launcher: Launcher, args) -> Request:
             continue
         name, has_value, value = arg[2:].partition("=")
         name = name.replace("-", "_")
-        if name == "dry_run" and not has_value:
+        if name == "dry_run":
+            if has_value:
+                raise UsageError(f"--dry_run takes no value (got --dry_run={value}).")
             request.dry_run = True
             continue
         if name not in settings | paths | {"preset"}:
@@ -166,7 +170,7 @@ def parse_arguments(launcher: Launcher, args) -> Request:
     count = len(launcher.positional)
     if len(request.positional) > count:
         raise UsageError(
-            f"at most {count} positional arguments are accepted, got "
+            f"{f'at most {count}' if count else 'no'} positional arguments are accepted, got "
             f"{len(request.positional)}: {' '.join(request.positional)}."
         )
     return request
@@ -384,26 +388,36 @@ def check_extra(launch: Launch) -> None:
 
 
 def usage_line(launcher: Launcher, script: str) -> str:
+    count = len(launcher.positional)
     return (
-        f"usage: {script} [up to {len(launcher.positional)} positional arguments] [--NAME=VALUE ...] "
-        f"[--preset NAME|FILE] [--dry_run] [-- {launcher.entry} FLAGS ...]   (--help lists them)"
+        f"usage: {script} {f'[up to {count} positional arguments] ' if count else ''}[--NAME=VALUE ...] "
+        f"[--preset NAME|FILE] [--dry_run]{_passed_on(launcher)}   (--help lists them)"
     )
+
+
+def _passed_on(launcher: Launcher) -> str:
+    return f" [-- {launcher.entry} FLAGS ...]" if launcher.entry else ""
 
 
 def usage(launcher: Launcher, script: str, models, presets) -> str:
     width = max(len(s.name) for s in launcher.settings) + 2
+    positional = "[POSITIONAL ...] " if launcher.positional else ""
     lines = [
-        f"usage: {script} [POSITIONAL ...] [--NAME=VALUE | --NAME VALUE ...] [--preset NAME|FILE]",
-        f"       {' ' * len(script)} [--dry_run] [-- {launcher.entry} FLAGS ...]",
+        f"usage: {script} {positional}[--NAME=VALUE | --NAME VALUE ...] [--preset NAME|FILE]",
+        f"       {' ' * len(script)} [--dry_run]{_passed_on(launcher)}",
         "",
         *launcher.about,
         "",
-        "Positional arguments, NVIDIA's order (each optional; --NAME=VALUE overrides any of them):",
     ]
-    for index, s in enumerate(launcher.positional, 1):
-        lines.append(f"  {index:2d} {s.name:{width}s} {s.default or '-':8s} {s.help}")
-    lines += ["", "Named only:"]
-    lines += [f"     {'--' + s.name:{width}s} {s.default:8s} {s.help}" for s in launcher.named_only]
+    if launcher.positional:
+        lines.append(
+            "Positional arguments, NVIDIA's order (each optional; --NAME=VALUE overrides any of them):"
+        )
+        for index, s in enumerate(launcher.positional, 1):
+            lines.append(f"  {index:2d} {s.name:{width}s} {s.default or '-':8s} {s.help}")
+        lines.append("")
+    lines.append("Named only:")
+    lines += [f"     {'--' + s.name:{width}s} {s.default or '-':8s} {s.help}" for s in launcher.named_only]
     lines += [
         f"     {'--preset':{width}s} {'':8s} a file, or one of: {', '.join(presets) or '(none yet)'}",
         f"     {'--dry_run':{width}s} {'':8s} print the settings and the commands, run nothing",
@@ -412,17 +426,19 @@ def usage(launcher: Launcher, script: str, models, presets) -> str:
     ]
     for p in launcher.paths:
         lines.append(f"     {'--' + p.name:20s} {p.env or '':16s} {p.help}")
-    lines += [
-        "",
-        f"Precedence: defaults < preset (configs/presets/{launcher.name}/) < positional < named.  "
-        f"bert_model: {', '.join(models)}",
-    ]
+    precedence = f"Precedence: defaults < preset (configs/presets/{launcher.name}/) < positional < named."
+    if any(s.kind == "model" for s in launcher.settings):
+        precedence += f"  bert_model: {', '.join(models)}"
+    lines += ["", precedence]
     if launcher.workers:
         lines.append(
             f"Workers: {launcher.workers} > 1 starts horovodrun -np N (mpirun inside a SLURM allocation, or "
             "as HOROVOD_LAUNCHER says; LAUNCHER_ARGS adds arguments to it); learning rates are per GPU."
         )
-    lines.append(f"Flags after -- go to {launcher.entry}, except those the launcher sets from its arguments.")
+    if launcher.entry:
+        lines.append(
+            f"Flags after -- go to {launcher.entry}, except those the launcher sets from its arguments."
+        )
     return "\n".join(lines)
 
 
@@ -439,7 +455,7 @@ def summary(launch: Launch, plan: Plan) -> str:
     width = max(len(s.name) for s in launch.launcher.settings)
     lines = [f"== {launch.script}: resolved settings (defaults < preset < positional < named) =="]
     for s in launch.launcher.settings:
-        lines.append(f"  {s.name:{width}s} = {launch.text[s.name]:10s} ({launch.source[s.name]})")
+        lines.append(f"  {s.name:{width}s} = {launch.text[s.name] or '-':10s} ({launch.source[s.name]})")
     lines.append("paths (named option > environment variable > default):")
     for name, (value, source) in launch.paths.items():
         if value:

@@ -1,5 +1,6 @@
 # shellcheck shell=bash
-# Sourced by every launcher (run_pretraining_lamb*.sh, run_squad*.sh, run_glue*.sh, run_tune.sh).
+# Sourced by every launcher (run_pretraining_lamb*.sh, run_squad*.sh, run_glue*.sh, run_tune.sh,
+# data_download.sh, quickstart.sh).
 # launch/ does the thinking: it resolves NVIDIA's positional arguments, named overrides, presets
 # and paths, validates them (exit 2 with the usage on a bad one), prints the resolved settings and
 # the commands, checks the inputs, and writes a plan of steps; `launch NAME ARGS...` runs them in

@@ -15,7 +15,7 @@ bertPrep so its users find things where they expect them:
 This is also the one place for NVIDIA's recipe values that the launchers share (shard counts,
 test fraction, phase 1 = 128/20 and phase 2 = 512/80, dupe_factor, masking, seed):
 `python -m data.paths` prints the default locations and `python -m data.paths recipe` the
-values, as `name=value` lines that scripts/data_download.sh reads instead of repeating them.
+values, as `name=value` lines; launch/data.py (scripts/data_download.sh) takes its defaults from here.
 """
 
 from __future__ import annotations
