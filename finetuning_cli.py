@@ -34,6 +34,7 @@ def define_flags(
             "num_train_epochs": epochs,
         },
     )
+    cli.define_job_flags(flag, compiled="train and prediction steps")
     flag(
         "init_checkpoint",
         "Starting weights: a pretraining output directory or checkpoint (ours, Google TF1, NVIDIA) "
@@ -47,42 +48,16 @@ def define_flags(
     flag("max_seq_length", "Tokens per input sequence.")
     flag("train_batch_size", "Examples per worker per micro-batch.")
     flag("predict_batch_size", "Examples per prediction batch.")
-    flag("learning_rate", "Peak learning rate PER WORKER; the effective peak is this times the workers.")
     flag("num_train_epochs", "Epochs over the training features.")
     flag("warmup_proportion", "Share of the updates spent in linear warmup (then linear decay to 0).")
-    flag("num_accumulation_steps", "Micro-batches per update (gradient accumulation).")
     flag("optimizer_type", "Optimizer (Google's default).", OPTIMIZERS)
-    flag("precision", f"fp32, tf32, fp16 or bf16; default {FineTuningSettings.precision}.", default=None)
-    flag("amp", "NVIDIA's name for --precision=fp16.", bool, default=False)
-    flag("use_xla", "Compile the train and prediction steps with XLA.")
-    flag(
-        "use_horovod",
-        "Sum gradients across Horovod workers; default: on under horovodrun/mpirun with more than one rank.",
-        default=None,
-    )
-    flag.alias("horovod", "use_horovod")
     flag("do_train", "Fine-tune.")
     flag("do_eval", "Predict the labelled evaluation data and report the official metrics.")
     flag("do_predict", "Predict the test data and write the prediction / submission files.")
-    flag("save_checkpoints_steps", "Write a checkpoint every this many updates (and at the end).")
-    flag("keep_checkpoints", "How many of the newest checkpoints to keep.")
-    flag(
-        "log_every_n_steps",
-        "Log and print every this many updates; the host reads the device only at these steps "
-        "and at checkpoints, so updates queue without a wait in between.",
-    )
     flag(
         "eval_every_n_steps",
         "With --do_train --do_eval: also score the dev set every this many updates (log.jsonl, "
         "TensorBoard); 0: only after training.",
-    )
-    flag("seed", "Seed of the head's initialisation, dropout and input shuffling.", int)
-    flag("deterministic", "TF op determinism (exact resume); turn off for speed on GPUs.")
-    flag(
-        "worker_timeout_seconds",
-        "With several workers: a worker that sees no update for this long (a worker died, froze or "
-        "lost the network) names the silent workers and the last checkpoint and stops; above the "
-        "longest update and checkpoint save.",
     )
     flag(
         "export_dir",

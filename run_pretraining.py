@@ -32,6 +32,7 @@ def define_flags(fv) -> None:
     from training.pretraining_job import PretrainingSettings
 
     flag = cli.Flags(fv, settings=PretrainingSettings)
+    cli.define_job_flags(flag, compiled="train step")
     flag("bert_config_file", "bert_config.json (or a Hugging Face config.json) of the model.", str)
     flag("vocab_file", "vocab.txt; its size is checked against the config's vocab_size.", str)
     flag("input_files", "Training TFRecords: comma-separated files or globs.", str)
@@ -55,59 +56,20 @@ def define_flags(fv) -> None:
     flag("max_predictions_per_seq", "Masked positions per sequence; must match the TFRecords.")
     flag("train_batch_size", "Sequences per worker per micro-batch.")
     flag("eval_batch_size", "Sequences per evaluation batch.")
-    flag(
-        "learning_rate",
-        "Peak learning rate PER WORKER; the effective peak is this times the number of workers.",
-    )
     flag("num_train_steps", "Applied updates to train for (skipped fp16 updates do not count).")
     flag(
         "num_warmup_steps",
         "Updates of linear warmup; then polynomial decay to 0 "
         "(power 0.5 for LAMB, 1 for Adam), counted from update 0.",
     )
-    flag("num_accumulation_steps", "Micro-batches per update (gradient accumulation).")
-    flag("save_checkpoints_steps", "Write a checkpoint every this many updates (and at the end).")
-    flag("keep_checkpoints", "How many of the newest checkpoints to keep.")
     flag("optimizer_type", "LAMB (pretraining), AdamW, or Google's AdamWeightDecay.", OPTIMIZERS)
-    flag(
-        "precision",
-        f"fp32 (TF32 off), tf32, fp16 (loss scaling, fp16 allreduce) or bf16; default "
-        f"{PretrainingSettings.precision}, or fp16 with --amp.",
-        default=None,
-    )
-    flag("amp", "NVIDIA's name for --precision=fp16.", bool, default=False)
-    flag("use_xla", "Compile the train step with XLA.")
-    flag(
-        "use_horovod",
-        "Average across Horovod workers; default: on when started "
-        "by horovodrun/mpirun/srun with more than one rank.",
-        default=None,
-    )
-    flag.alias("horovod", "use_horovod")
     flag("do_train", "Train.")
     flag("do_eval", "Evaluate on --eval_files at the end (rank 0): eval_results.json.")
     flag("max_eval_steps", "Evaluation batches at most.")
-    flag("seed", "Seed of initialisation, dropout and input shuffling.", int)
-    flag(
-        "log_every_n_steps",
-        "Log and print every this many updates; the host reads the device only at these steps "
-        "and at checkpoints, so updates queue without a wait in between.",
-    )
-    flag(
-        "deterministic",
-        "TF op determinism: an interrupted and resumed run ends bit-identical "
-        "to an uninterrupted one (turn off for speed on GPUs).",
-    )
     flag(
         "shuffle_buffer",
         "Consecutive records shuffled together (a window of the data order, the same for every "
         "worker count; see docs/cluster.md, 'Changing the GPU count').",
-    )
-    flag(
-        "worker_timeout_seconds",
-        "With several workers: a worker that sees no update for this long (a worker died, froze or "
-        "lost the network) names the silent workers and the last checkpoint and stops; above the "
-        "longest update and checkpoint save.",
     )
 
 

@@ -125,6 +125,53 @@ def precision_and_horovod(flag_values, environ, launched_ranks, default_precisio
     return precision or default_precision, use_horovod
 
 
+def define_job_flags(flag, *, compiled: str) -> None:
+    """The flags every training job means the same by (training.job.JobSettings' fields), with
+    one help text each: run_pretraining.py and finetuning_cli.py define them here and add those
+    whose meaning is their own (output_dir, init_checkpoint, the model files, do_train ...).
+    `flag` is a Flags over the job's settings dataclass; `compiled` names what XLA compiles."""
+    precision_default = flag.fields["precision"].default
+    flag(
+        "learning_rate",
+        "Peak learning rate PER WORKER; the effective peak is this times the number of workers.",
+    )
+    flag("num_accumulation_steps", "Micro-batches per update (gradient accumulation).")
+    flag(
+        "precision",
+        f"fp32 (TF32 off), tf32, fp16 (loss scaling, fp16 allreduce) or bf16; default "
+        f"{precision_default}, or fp16 with --amp.",
+        default=None,
+    )
+    flag("amp", "NVIDIA's name for --precision=fp16.", bool, default=False)
+    flag("use_xla", f"Compile the {compiled} with XLA.")
+    flag(
+        "use_horovod",
+        "Sum gradients across Horovod workers; default: on when started by horovodrun/mpirun/srun "
+        "with more than one rank.",
+        default=None,
+    )
+    flag.alias("horovod", "use_horovod")
+    flag("save_checkpoints_steps", "Write a checkpoint every this many updates (and at the end).")
+    flag("keep_checkpoints", "How many of the newest checkpoints to keep.")
+    flag(
+        "log_every_n_steps",
+        "Log and print every this many updates; the host reads the device only at these steps "
+        "and at checkpoints, so updates queue without a wait in between.",
+    )
+    flag("seed", "Seed of initialisation, dropout and input shuffling.", int)
+    flag(
+        "deterministic",
+        "TF op determinism: an interrupted and resumed run ends bit-identical "
+        "to an uninterrupted one (turn off for speed on GPUs).",
+    )
+    flag(
+        "worker_timeout_seconds",
+        "With several workers: a worker that sees no update for this long (a worker died, froze or "
+        "lost the network) names the silent workers and the last checkpoint and stops; above the "
+        "longest update and checkpoint save.",
+    )
+
+
 def job_settings(flag_values, settings_class, environ, launched_ranks, **values):
     """A training job's settings dataclass from its entry point's parsed flags: every field that
     is a flag, --precision and --use_horovod resolved (`precision_and_horovod`), then `values`."""
