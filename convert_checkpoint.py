@@ -23,28 +23,25 @@ PROG = "convert_checkpoint"
 
 
 def define_flags(fv) -> None:
-    from absl import flags
+    flag = cli.Flags(fv)
 
-    flags.DEFINE_string("input", None, "Checkpoint prefix, directory, or model.safetensors.", flag_values=fv)
-    flags.DEFINE_string("output_dir", None, "Folder to write the converted checkpoint to.", flag_values=fv)
-    flags.DEFINE_enum(
+    flag("input", "Checkpoint prefix, directory, or model.safetensors.", str, default=None)
+    flag("output_dir", "Folder to write the converted checkpoint to.", str, default=None)
+    flag(
         "output_format",
-        None,
-        list(SAVERS),
         "trainer: the trainer's checkpoint directory; google: Google's release layout; "
         "huggingface: model.safetensors + config.json.",
-        flag_values=fv,
+        list(SAVERS),
+        default=None,
     )
-    flags.DEFINE_string(
+    flag(
         "bert_config_file",
-        None,
         "bert_config.json or a Hugging Face config.json (default: the one beside --input).",
-        flag_values=fv,
+        str,
+        default=None,
     )
-    flags.DEFINE_string(
-        "vocab_file", None, "vocab.txt to check against the model and copy along.", flag_values=fv
-    )
-    flags.DEFINE_bool("encoder_only", False, "Drop the pretraining heads.", flag_values=fv)
+    flag("vocab_file", "vocab.txt to check against the model and copy along.", str, default=None)
+    flag("encoder_only", "Drop the pretraining heads.", bool, default=False)
 
 
 def run(F) -> int:

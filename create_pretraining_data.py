@@ -24,52 +24,60 @@ from common.progress import Progress
 PROG = "create_pretraining_data"
 
 
-def define_flags(fv) -> None:
-    from absl import flags
-
-    flags.DEFINE_string(
-        "input_file", None, "Input raw text file (or comma-separated list of files / globs).", flag_values=fv
-    )
-    flags.DEFINE_string(
-        "output_file", None, "Output TF example file (or comma-separated list of files).", flag_values=fv
-    )
-    flags.DEFINE_string(
-        "vocab_file", None, "The vocabulary file that the BERT model was trained on.", flag_values=fv
-    )
-    flags.DEFINE_string(
-        "spm_model_file", None, "A SentencePiece model, instead of --vocab_file.", flag_values=fv
-    )
-    flags.DEFINE_bool("do_lower_case", True, "Whether to lower case the input text.", flag_values=fv)
-    flags.DEFINE_bool(
+def define_instance_flags(
+    flag,
+    *,
+    max_seq_length: int = 128,
+    max_predictions_per_seq: int = 20,
+    masked_lm_prob: float = 0.15,
+    random_seed: int = 12345,
+    dupe_factor: int = 10,
+) -> None:
+    """The instance-creation flags, Google's names, help and defaults (its create_pretraining_data
+    dupes 10 times); prepare_data.py's TFRecord stage defines the same with NVIDIA's recipe."""
+    flag("do_lower_case", "Whether to lower case the input text.", bool, default=True)
+    flag(
         "do_whole_word_mask",
-        False,
         "Whether to use whole word masking rather than per-WordPiece masking.",
-        flag_values=fv,
+        bool,
+        default=False,
     )
-    flags.DEFINE_integer("max_seq_length", 128, "Maximum sequence length.", flag_values=fv)
-    flags.DEFINE_integer(
-        "max_predictions_per_seq", 20, "Maximum number of masked LM predictions per sequence.", flag_values=fv
+    flag("max_seq_length", "Maximum sequence length.", int, default=max_seq_length)
+    flag(
+        "max_predictions_per_seq",
+        "Maximum number of masked LM predictions per sequence.",
+        int,
+        default=max_predictions_per_seq,
     )
-    flags.DEFINE_integer("random_seed", 12345, "Random seed for data generation.", flag_values=fv)
-    flags.DEFINE_integer(
+    flag("random_seed", "Random seed for data generation.", int, default=random_seed)
+    flag(
         "dupe_factor",
-        10,
         "Number of times to duplicate the input data (with different masks).",
-        flag_values=fv,
+        int,
+        default=dupe_factor,
     )
-    flags.DEFINE_float("masked_lm_prob", 0.15, "Masked LM probability.", flag_values=fv)
-    flags.DEFINE_float(
+    flag("masked_lm_prob", "Masked LM probability.", float, default=masked_lm_prob)
+    flag(
         "short_seq_prob",
-        0.1,
         "Probability of creating sequences which are shorter than the maximum length.",
-        flag_values=fv,
+        float,
+        default=0.1,
     )
-    flags.DEFINE_enum(
+
+
+def define_flags(fv) -> None:
+    flag = cli.Flags(fv)
+
+    flag("input_file", "Input raw text file (or comma-separated list of files / globs).", str, default=None)
+    flag("output_file", "Output TF example file (or comma-separated list of files).", str, default=None)
+    flag("vocab_file", "The vocabulary file that the BERT model was trained on.", str, default=None)
+    flag("spm_model_file", "A SentencePiece model, instead of --vocab_file.", str, default=None)
+    define_instance_flags(flag)
+    flag(
         "engine",
-        "auto",
-        ["auto", "native", "python"],
         "auto: C when a compiler is available, else Python (same output).",
-        flag_values=fv,
+        ["auto", "native", "python"],
+        default="auto",
     )
 
 

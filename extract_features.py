@@ -56,51 +56,45 @@ _PROGRESS_EVERY_S = 2.0
 
 def define_flags(fv) -> None:
     """Google's flags (plus --spm_model_file, --precision)."""
-    from absl import flags
+    flag = cli.Flags(fv)
 
-    flags.DEFINE_string(
-        "input_file", None, "Text file, one example per line; 'A ||| B' is a pair.", flag_values=fv
-    )
-    flags.DEFINE_string("output_file", None, "JSON-lines output, one object per input line.", flag_values=fv)
-    flags.DEFINE_string(
+    flag("input_file", "Text file, one example per line; 'A ||| B' is a pair.", str, default=None)
+    flag("output_file", "JSON-lines output, one object per input line.", str, default=None)
+    flag(
         "init_checkpoint",
-        None,
         "Google TF1 checkpoint (prefix or directory), a trainer checkpoint directory, or a "
         "Hugging Face directory with model.safetensors.",
-        flag_values=fv,
+        str,
+        default=None,
     )
-    flags.DEFINE_string(
+    flag(
         "bert_config_file",
-        None,
         "bert_config.json (or a Hugging Face config.json); default: the one beside --init_checkpoint.",
-        flag_values=fv,
+        str,
+        default=None,
     )
-    flags.DEFINE_string(
+    flag(
         "vocab_file",
-        None,
         "WordPiece vocab.txt; default: vocab.txt beside --init_checkpoint unless --spm_model_file is given.",
-        flag_values=fv,
+        str,
+        default=None,
     )
-    flags.DEFINE_string(
-        "spm_model_file", None, "SentencePiece model, instead of --vocab_file.", flag_values=fv
-    )
-    flags.DEFINE_string(
+    flag("spm_model_file", "SentencePiece model, instead of --vocab_file.", str, default=None)
+    flag(
         "layers",
-        "-1,-2,-3,-4",
         "Comma-separated layer indexes: -1 is the last layer, 0 the first.",
-        flag_values=fv,
+        str,
+        default="-1,-2,-3,-4",
     )
-    flags.DEFINE_integer(
+    flag(
         "max_seq_length",
-        128,
         "Maximum tokens per example, [CLS]/[SEP] included; longer lines are truncated.",
-        flag_values=fv,
+        int,
+        default=128,
     )
-    flags.DEFINE_integer("batch_size", 32, "Examples per inference batch.", flag_values=fv)
-    flags.DEFINE_bool("do_lower_case", True, "Lower-case the input (uncased models).", flag_values=fv)
-    flags.DEFINE_enum(
-        "precision", "float32", list(PRECISIONS), "Compute precision of the encoder.", flag_values=fv
-    )
+    flag("batch_size", "Examples per inference batch.", int, default=32)
+    flag("do_lower_case", "Lower-case the input (uncased models).", bool, default=True)
+    flag("precision", "Compute precision of the encoder.", list(PRECISIONS), default="float32")
 
 
 # --- input ---------------------------------------------------------------------------------------

@@ -42,126 +42,99 @@ PYTHON_QA = "python_qa"
 def define_flags(fv) -> None:
     from absl import flags
 
-    flags.DEFINE_enum(
+    flag = cli.Flags(fv)
+
+    flag(
         "action",
-        None,
-        list(ACTIONS),
         "The stage to run: " + "; ".join(f"{name}: {action.help}" for name, action in ACTIONS.items()) + ".",
-        flag_values=fv,
+        list(ACTIONS),
+        default=None,
     )
-    flags.DEFINE_string(
+    flag(
         "dataset",
-        paths.DEFAULT_DATASET,
         "wikicorpus_en, squad, glue, google_pretrained_weights, python_docs and python_qa "
         "(download, built offline from the installed Python), or "
         "any name for your own corpus (formatting onwards).",
-        flag_values=fv,
+        str,
+        default=paths.DEFAULT_DATASET,
     )
-    flags.DEFINE_float(
+    flag(
         "corpus_mb",
-        8.0,
         "download --dataset python_docs: megabytes of text to build from the "
         "installed Python's documentation and docstrings (offline).",
-        flag_values=fv,
+        float,
+        default=8.0,
     )
-    flags.DEFINE_string(
+    flag(
         "data_dir",
-        None,
         f"Root of all data (default ${paths.DATA_DIR_ENV} or {paths.DEFAULT_DATA_DIR}).",
-        flag_values=fv,
+        str,
+        default=None,
     )
-    flags.DEFINE_string(
+    flag(
         "input_files",
-        None,
         "Comma-separated inputs: raw corpora (text_formatting) or formatted files "
         "(sharding); default: the dataset's files under --data_dir.",
-        flag_values=fv,
+        str,
+        default=None,
     )
-    flags.DEFINE_enum(
+    flag(
         "input_format",
-        "auto",
-        ["auto", "wikipedia", "text", "jsonl"],
         "Corpus format (auto: from the file name).",
-        flag_values=fv,
+        ["auto", "wikipedia", "text", "jsonl"],
+        default="auto",
     )
-    flags.DEFINE_string("text_key", "text", "JSONL field holding the document.", flag_values=fv)
-    flags.DEFINE_bool(
+    flag("text_key", "JSONL field holding the document.", str, default="text")
+    flag(
         "one_document_per_line",
-        False,
         "Plain text: every line is a document (default: blank lines separate documents).",
-        flag_values=fv,
+        bool,
+        default=False,
     )
-    flags.DEFINE_integer(
-        "n_training_shards", paths.DEFAULT_TRAINING_SHARDS, "Training shards.", flag_values=fv
+    flag("n_training_shards", "Training shards.", int, default=paths.DEFAULT_TRAINING_SHARDS)
+    flag("n_test_shards", "Test shards.", int, default=paths.DEFAULT_TEST_SHARDS)
+    flag("fraction_test_set", "Fraction of documents held out.", float, default=paths.DEFAULT_FRACTION_TEST)
+    flag("max_sentence_chars", "Sentences longer than this are cut at spaces (counted).", int, default=2048)
+    flag("vocab_file", "An existing WordPiece vocab.txt.", str, default=None)
+    flag("spm_model_file", "An existing SentencePiece model.", str, default=None)
+    flag("vocab_type", "Vocabulary to train.", ["wordpiece", "sentencepiece"], default="wordpiece")
+    flag("vocab_size", "Size of a trained vocabulary.", int, default=30522)
+    flag("vocab_min_frequency", "WordPiece training: minimum pair frequency.", int, default=2)
+    flag("unused_tokens", "[unusedN] slots after the specials.", int, default=0)
+    import create_pretraining_data
+
+    create_pretraining_data.define_instance_flags(
+        flag,
+        max_seq_length=paths.PHASE1["max_seq_length"],
+        max_predictions_per_seq=paths.PHASE1["max_predictions_per_seq"],
+        masked_lm_prob=paths.DEFAULT_TFRECORD_PARAMS["masked_lm_prob"],
+        random_seed=paths.DEFAULT_TFRECORD_PARAMS["random_seed"],
+        dupe_factor=paths.DEFAULT_TFRECORD_PARAMS["dupe_factor"],
     )
-    flags.DEFINE_integer("n_test_shards", paths.DEFAULT_TEST_SHARDS, "Test shards.", flag_values=fv)
-    flags.DEFINE_float(
-        "fraction_test_set", paths.DEFAULT_FRACTION_TEST, "Fraction of documents held out.", flag_values=fv
-    )
-    flags.DEFINE_integer(
-        "max_sentence_chars", 2048, "Sentences longer than this are cut at spaces (counted).", flag_values=fv
-    )
-    flags.DEFINE_string("vocab_file", None, "An existing WordPiece vocab.txt.", flag_values=fv)
-    flags.DEFINE_string("spm_model_file", None, "An existing SentencePiece model.", flag_values=fv)
-    flags.DEFINE_enum(
-        "vocab_type", "wordpiece", ["wordpiece", "sentencepiece"], "Vocabulary to train.", flag_values=fv
-    )
-    flags.DEFINE_integer("vocab_size", 30522, "Size of a trained vocabulary.", flag_values=fv)
-    flags.DEFINE_integer(
-        "vocab_min_frequency", 2, "WordPiece training: minimum pair frequency.", flag_values=fv
-    )
-    flags.DEFINE_integer("unused_tokens", 0, "[unusedN] slots after the specials.", flag_values=fv)
-    flags.DEFINE_bool("do_lower_case", True, "Lower-case (uncased models).", flag_values=fv)
-    flags.DEFINE_integer("max_seq_length", paths.PHASE1["max_seq_length"], "Sequence length.", flag_values=fv)
-    flags.DEFINE_integer(
-        "max_predictions_per_seq",
-        paths.PHASE1["max_predictions_per_seq"],
-        "Masked positions per sequence.",
-        flag_values=fv,
-    )
-    flags.DEFINE_float(
-        "masked_lm_prob",
-        paths.DEFAULT_TFRECORD_PARAMS["masked_lm_prob"],
-        "Masked LM probability.",
-        flag_values=fv,
-    )
-    flags.DEFINE_float("short_seq_prob", 0.1, "Probability of a shorter target length.", flag_values=fv)
-    flags.DEFINE_integer("random_seed", paths.DEFAULT_TFRECORD_PARAMS["random_seed"], "Seed.", flag_values=fv)
-    flags.DEFINE_integer(
-        "dupe_factor",
-        paths.DEFAULT_TFRECORD_PARAMS["dupe_factor"],
-        "Copies of the data with different masks.",
-        flag_values=fv,
-    )
-    flags.DEFINE_bool("do_whole_word_mask", False, "Whole-word masking.", flag_values=fv)
-    flags.DEFINE_string(
+    flag(
         "output_dir",
-        None,
         "create_tfrecord_files: override the output directory named from the parameters.",
-        flag_values=fv,
+        str,
+        default=None,
     )
-    flags.DEFINE_integer(
+    flag(
         "n_processes",
-        None,
         "Worker processes (default: all cores; per MPI rank: cores / ranks on the node).",
-        flag_values=fv,
+        int,
+        default=None,
     )
-    flags.DEFINE_enum(
-        "verify", "sha256", ["sha256", "size"], "How a re-run checks existing outputs.", flag_values=fv
-    )
-    flags.DEFINE_string("glue_tasks", "all", "Comma-separated GLUE tasks, or all.", flag_values=fv)
-    flags.DEFINE_string("wiki_dump", "latest", "Wikipedia dump date (YYYYMMDD) or latest.", flag_values=fv)
-    flags.DEFINE_string(
-        "google_models", "uncased_L-12_H-768_A-12", "Google checkpoints to download.", flag_values=fv
-    )
-    flags.DEFINE_string("mirror", None, "download: replace the scheme and host of every URL.", flag_values=fv)
-    flags.DEFINE_integer("retries", 5, "Download retries.", flag_values=fv)
-    flags.DEFINE_float("timeout", 60.0, "Download timeout in seconds.", flag_values=fv)
-    flags.DEFINE_bool(
+    flag("verify", "How a re-run checks existing outputs.", ["sha256", "size"], default="sha256")
+    flag("glue_tasks", "Comma-separated GLUE tasks, or all.", str, default="all")
+    flag("wiki_dump", "Wikipedia dump date (YYYYMMDD) or latest.", str, default="latest")
+    flag("google_models", "Google checkpoints to download.", str, default="uncased_L-12_H-768_A-12")
+    flag("mirror", "download: replace the scheme and host of every URL.", str, default=None)
+    flag("retries", "Download retries.", int, default=5)
+    flag("timeout", "Download timeout in seconds.", float, default=60.0)
+    flag(
         "progress",
-        True,
         "Progress bar on a terminal / periodic lines in logs (--noprogress or --no_progress turns it off).",
-        flag_values=fv,
+        bool,
+        default=True,
     )
     flags.mark_flag_as_required("action", flag_values=fv)
 
