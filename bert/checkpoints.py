@@ -42,7 +42,7 @@ _SKIPPED_SUFFIXES = ("/adam_m", "/adam_v", "/lamb_m", "/lamb_v", "/Momentum")
 _SKIPPED_NAMES = frozenset(
     {"global_step", "current_loss_scale", "good_steps", "loss_scale", "_CHECKPOINTABLE_OBJECT_GRAPH"}
 )
-_TRAINING_STATE_PREFIX = "training_state/"
+TRAINING_STATE_PREFIX = "training_state/"
 
 # Hugging Face keys that are buffers or tied copies, not weights of their own.
 _HF_IGNORED = re.compile(
@@ -274,7 +274,7 @@ def read_tf_checkpoint(path: str) -> dict[str, np.ndarray]:
         if (
             name in _SKIPPED_NAMES
             or name.endswith(_SKIPPED_SUFFIXES)
-            or name.startswith(_TRAINING_STATE_PREFIX)
+            or name.startswith(TRAINING_STATE_PREFIX)
         ):
             continue
         weights[name] = reader.get_tensor(name)
@@ -504,15 +504,20 @@ def save_trainer_checkpoint(
     arrays = _model_arrays(model)
     arrays["global_step"] = np.asarray(step, np.int64)
     for name, value in (training_state or {}).items():
-        arrays[_TRAINING_STATE_PREFIX + name] = np.asarray(value)
+        arrays[TRAINING_STATE_PREFIX + name] = np.asarray(value)
     prefix = write_tf_checkpoint(os.path.join(output_dir, f"ckpt-{step}"), arrays)
     model.config.to_json_file(os.path.join(output_dir, BERT_CONFIG_NAME))
     _copy_vocab(vocab_file, output_dir)
-    write_text(
-        os.path.join(output_dir, "checkpoint"),
-        f'model_checkpoint_path: "ckpt-{step}"\nall_model_checkpoint_paths: "ckpt-{step}"\n',
-    )
+    write_checkpoint_index(output_dir, [prefix])
     return prefix
+
+
+def write_checkpoint_index(output_dir: str, prefixes) -> None:
+    """TF's `checkpoint` index of the trainer's layout: the last of `prefixes` is the latest, all
+    of them are kept (tf.train.latest_checkpoint and get_checkpoint_state read it)."""
+    names = [os.path.basename(p) for p in prefixes]
+    lines = [f'model_checkpoint_path: "{names[-1]}"'] + [f'all_model_checkpoint_paths: "{n}"' for n in names]
+    write_text(os.path.join(output_dir, "checkpoint"), "\n".join(lines) + "\n")
 
 
 def save_huggingface(model, output_dir: str, vocab_file: str | None = None) -> str:

@@ -39,14 +39,20 @@ import shutil
 import numpy as np
 import tensorflow as tf
 
-from bert.checkpoints import BERT_CONFIG_NAME, model_variables, write_tf_checkpoint
+from bert.checkpoints import (
+    BERT_CONFIG_NAME,
+    TRAINING_STATE_PREFIX,
+    model_variables,
+    write_checkpoint_index,
+    write_tf_checkpoint,
+)
 from common.errors import UserError
-from common.files import atomic_path, remove_stale_temporaries, write_text
+from common.files import atomic_path, remove_stale_temporaries
 from training.distributed import Distributed
 
 INDEX_NAME = "checkpoint"
 WORKER_STATE_DIR = "worker_state"
-STATE_PREFIX = "training_state/"
+STATE_PREFIX = TRAINING_STATE_PREFIX  # bert/checkpoints.py's loaders skip what is under it
 _CHECKPOINT = re.compile(r"^ckpt-(\d+)$")
 WORKERS_KEY = STATE_PREFIX + "num_workers"
 SEQUENCES_KEY = STATE_PREFIX + "sequences_consumed"
@@ -247,9 +253,7 @@ class Checkpointer:
             committed = [p for p in self.committed() if checkpoint_step(p) != step] + [prefix]
             committed.sort(key=checkpoint_step)
             kept, dropped = committed[-self.keep :], committed[: -self.keep]
-            lines = [f'model_checkpoint_path: "{os.path.basename(kept[-1])}"']
-            lines += [f'all_model_checkpoint_paths: "{os.path.basename(p)}"' for p in kept]
-            write_text(os.path.join(self.output_dir, INDEX_NAME), "\n".join(lines) + "\n")
+            write_checkpoint_index(self.output_dir, kept)
             for old in dropped:
                 self._delete(checkpoint_step(old))
         # No worker goes on before the index names this checkpoint: a worker that looks for the
