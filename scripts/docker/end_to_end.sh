@@ -26,9 +26,8 @@ PHASE2_DATA="$(python -m data.paths phase2 --data_dir "${data}" "${layout[@]}")"
 VOCAB_FILE="${data}/vocab/python_docs/vocab.txt"
 BERT_CONFIG="${results}/bert_config.json"
 mkdir -p "${results}"
-# bert_tiny with the trained vocab's size (the config's 30522 is the uncased vocab's).
-python -c 'import json, sys; c = json.load(open(sys.argv[1])); c["vocab_size"] = sum(1 for _ in open(sys.argv[2]))
-json.dump(c, open(sys.argv[3], "w"), indent=2)' configs/bert_tiny.json "${VOCAB_FILE}" "${BERT_CONFIG}"
+# bert_tiny with the trained vocab's size, as the quickstart writes it (its `config` step).
+python -m launch quickstart config configs/bert_tiny.json "${VOCAB_FILE}" "${BERT_CONFIG}"
 export PHASE1_DATA PHASE2_DATA VOCAB_FILE BERT_CONFIG RESULTS_DIR="${results}"
 
 say "pretraining, phase 1 then phase 2, 2 workers (horovodrun)"
@@ -42,12 +41,5 @@ qa="$(python -m data.paths python_qa --data_dir "${data}")"
 env -u BERT_CONFIG -u VOCAB_FILE bash scripts/run_squad.sh --preset cpu_tiny \
   --init_checkpoint="${results}/phase_2" --output_dir="${results}/squad" --epochs=0.25 \
   --train_file="${qa}/train.json" --predict_file="${qa}/dev.json" -- --max_query_length=48
-
-python - "${results}" <<'PYTHON'
-import json
-import sys
-
-scores = json.load(open(f"{sys.argv[1]}/squad/eval_results.json", encoding="utf-8"))
-assert {"exact_match", "f1"} <= set(scores), scores
-print(f"== end_to_end: done (SQuAD dev EM {scores['exact_match']:.1f}, F1 {scores['f1']:.1f}) ==")
-PYTHON
+[[ -f "${results}/squad/eval_results.json" ]] || { echo "end_to_end: no SQuAD results" >&2; exit 1; }
+say "done"
