@@ -164,26 +164,40 @@ def build_layer_fn(encoder, positions: list[int]):
 # --- extraction ----------------------------------------------------------------------------------
 
 
-def _batches(examples, tokenizer, max_seq_length, batch_size):
-    """Yields (token lists, {input_ids, input_mask, segment_ids} int32 [B, S])."""
+# Examples sorted by length together: batches of similar lengths pad less (each batch is padded
+# to its own longest example); the outputs of a window are held until it is written in order.
+SORT_WINDOW_BATCHES = 16
+
+
+def _windows(examples, tokenizer, max_seq_length, batch_size):
+    """Yields lists of encoded examples (encode_pair's dicts), SORT_WINDOW_BATCHES batches each,
+    in input order."""
     from bert.tokenization import encode_pair
 
-    def pack(encoded):
-        seq = max(len(e["tokens"]) for e in encoded)
-        arrays = {
-            k: np.asarray([e[k][:seq] for e in encoded], np.int32)
-            for k in ("input_ids", "input_mask", "segment_ids")
-        }
-        return [e["tokens"] for e in encoded], arrays
-
-    encoded = []
+    window = []
     for text_a, text_b in examples:
-        encoded.append(encode_pair(tokenizer, text_a, text_b, max_seq_length=max_seq_length))
-        if len(encoded) == batch_size:
-            yield pack(encoded)
-            encoded = []
-    if encoded:
-        yield pack(encoded)
+        window.append(encode_pair(tokenizer, text_a, text_b, max_seq_length=max_seq_length))
+        if len(window) == batch_size * SORT_WINDOW_BATCHES:
+            yield window
+            window = []
+    if window:
+        yield window
+
+
+def _batches_by_length(window, batch_size):
+    """Yields (rows of `window`, {input_ids, input_mask, segment_ids} int32 [B, S]): the window's
+    examples sorted by length (stable), S each batch's longest."""
+    order = sorted(range(len(window)), key=lambda i: len(window[i]["tokens"]))
+    for start in range(0, len(order), batch_size):
+        rows = order[start : start + batch_size]
+        seq = max(len(window[i]["tokens"]) for i in rows)
+        yield (
+            rows,
+            {
+                k: np.asarray([window[i][k][:seq] for i in rows], np.int32)
+                for k in ("input_ids", "input_mask", "segment_ids")
+            },
+        )
 
 
 def round6(values: np.ndarray) -> np.ndarray:
@@ -230,29 +244,37 @@ def extract(
     layer_fn: {input_ids, input_mask, segment_ids} [B, S] -> [B, len(positions), S, D]
     (build_layer_fn); slots[j]: the row of layer_indexes[j] in its second axis.
 
-    The encoder runs one batch ahead in a worker thread (TensorFlow releases the GIL), so the
-    JSON formatting of a batch overlaps the inference of the next one.
+    Every SORT_WINDOW_BATCHES batches of examples are sorted by length, so a batch pads little;
+    the lines still come in input order. The encoder runs one window ahead in a worker thread
+    (TensorFlow releases the GIL), so the JSON formatting of a window overlaps the inference of
+    the next one.
     """
     index = 0
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
         pending = None
-        for tokens, arrays in _batches(examples, tokenizer, max_seq_length, batch_size):
-            future = pool.submit(lambda a: layer_fn(a).numpy(), arrays)
+        for window in _windows(examples, tokenizer, max_seq_length, batch_size):
+            submitted = [
+                (rows, pool.submit(lambda a: layer_fn(a).numpy(), arrays))
+                for rows, arrays in _batches_by_length(window, batch_size)
+            ]
             if pending is not None:
-                for line in _format_batch(index, *pending, layer_indexes, slots):
-                    index += 1
-                    yield line
-            pending = (tokens, future)
+                yield from _format_window(index, *pending, layer_indexes, slots)
+                index += len(pending[0])
+            pending = (window, submitted)
         if pending is not None:
-            for line in _format_batch(index, *pending, layer_indexes, slots):
-                index += 1
-                yield line
+            yield from _format_window(index, *pending, layer_indexes, slots)
 
 
-def _format_batch(first_index, tokens, future, layer_indexes, slots):
-    values = future.result()  # [B, len(positions), S, D]
-    for b, example_tokens in enumerate(tokens):
-        yield format_example(first_index + b, example_tokens, values[b], layer_indexes, slots)
+def _format_window(first_index, window, submitted, layer_indexes, slots):
+    """The lines of a window's examples in input order, from its batches' outputs
+    ([B, len(positions), S, D] each, rows of the window in `submitted`)."""
+    found = [None] * len(window)
+    for rows, future in submitted:
+        values = future.result()
+        for b, row in enumerate(rows):
+            found[row] = values[b]
+    for i, encoded in enumerate(window):
+        yield format_example(first_index + i, encoded["tokens"], found[i], layer_indexes, slots)
 
 
 def run(

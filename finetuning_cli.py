@@ -52,6 +52,11 @@ def define_flags(
     flag("warmup_proportion", "Share of the updates spent in linear warmup (then linear decay to 0).")
     flag("optimizer_type", "Optimizer (Google's default).", OPTIMIZERS)
     flag("do_train", "Fine-tune.")
+    flag(
+        "group_by_length",
+        "Order each epoch in groups of 50 global batches sorted by length, the batches of a group "
+        "shuffled by --seed (Hugging Face's group_by_length): with --bin_size, less padding.",
+    )
     flag("do_eval", "Predict the labelled evaluation data and report the official metrics.")
     flag("do_predict", "Predict the test data and write the prediction / submission files.")
     flag(

@@ -151,6 +151,13 @@ def define_job_flags(flag, *, compiled: str) -> None:
         default=None,
     )
     flag.alias("horovod", "use_horovod")
+    flag(
+        "bin_size",
+        "Pad each micro-batch only to the next multiple of this many tokens past its longest "
+        "sequence, the sequences of an update sorted by length (training, evaluation and prediction "
+        "alike); 0 pads to --max_seq_length. Default 64, or --max_seq_length when shorter.",
+        default=None,
+    )
     flag("save_checkpoints_steps", "Write a checkpoint every this many updates (and at the end).")
     flag("keep_checkpoints", "How many of the newest checkpoints to keep.")
     flag(

@@ -470,8 +470,11 @@ def postprocess(
             if version_2_with_negative and (null is None or starts[0] + ends[0] < null[0]):
                 null = (starts[0] + ends[0], float(starts[0]), float(ends[0]), feature_index)
             n_tokens = len(feature.token_to_char)
-            end_indexes = _best_indexes(ends, n_best_size)
-            for start in _best_indexes(starts, n_best_size):
+            # Only the window's tokens are ranked: Google's code ranks its padding too and then
+            # drops it, which can leave valid spans out of the n-best (and would make the answer
+            # depend on how far a batch was padded: training/length_bins.py).
+            end_indexes = _best_indexes(ends[:n_tokens], n_best_size)
+            for start in _best_indexes(starts[:n_tokens], n_best_size):
                 if start >= n_tokens or feature.token_to_char[start] is None:
                     continue
                 if not feature.token_is_max_context[start]:

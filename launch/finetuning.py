@@ -24,6 +24,36 @@ DOC_STRIDE_UNUSED = Setting(
 )
 EPOCHS = Setting("epochs", "2.0", "epochs", "passes over the training set")
 INIT_CHECKPOINT = Setting("init_checkpoint", "", "text", "starting weights (default: BERT_DIR)")
+BIN_SIZE = Setting(
+    "bin_size",
+    "64",
+    "steps",
+    "pad each batch only to a multiple of this past its longest (0: to seq_length)",
+    positional=False,
+)
+GROUP_BY_LENGTH = Setting(
+    "group_by_length",
+    "false",
+    "bool",
+    "order each epoch in groups of 50 batches sorted by length (less padding)",
+    positional=False,
+)
+
+
+def by_length_flags(launch, training: bool) -> list:
+    """The entry point's --bin_size (and, when training, --group_by_length) as the launcher sets
+    them; bin_size is refused here when it exceeds seq_length."""
+    from launch.workers import UsageError
+
+    if launch.value["bin_size"] > launch.value["seq_length"]:
+        raise UsageError(
+            f"bin_size={launch.text['bin_size']} ({launch.source['bin_size']}) must not exceed "
+            f"seq_length={launch.text['seq_length']} ({launch.source['seq_length']})."
+        )
+    flags = [("bin_size", launch.text["bin_size"], "bin_size")]
+    if training:
+        flags.append(("group_by_length", launch.text["group_by_length"], "group_by_length"))
+    return flags
 
 
 def bert_model(help_text="picks BERT_DIR: Google's base/large, else <results_dir>/phase_2") -> Setting:

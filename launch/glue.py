@@ -72,6 +72,7 @@ def plan_training(launch):
         ("do_train", "true", ""),
         ("do_eval", "true", ""),
         ("do_predict", "true" if predict else "false", ""),
+        *ft.by_length_flags(launch, training=True),
     ]
     command = launch.command(flags)
     notes = ft.worker_notes(launch) + [f"task {task.name} in {task_dir}:"]
@@ -125,6 +126,7 @@ def plan_inference(launch):
         ("do_train", "false", ""),
         ("do_eval", "true" if evaluate else "false", ""),
         ("do_predict", "true" if predict else "false", ""),
+        *ft.by_length_flags(launch, training=False),
     ]
     if export_dir:
         flags.append(("export_dir", export_dir, "export_dir"))
@@ -169,6 +171,8 @@ TRAINING = Launcher(
         Setting("epochs", "3.0", "epochs", "passes over the training set"),
         Setting("warmup_proportion", "0.1", "proportion", "share of the updates in linear warmup"),
         ft.INIT_CHECKPOINT,
+        ft.BIN_SIZE,
+        ft.GROUP_BY_LENGTH,
     ),
     (
         *GLUE_PATHS,
@@ -200,6 +204,7 @@ INFERENCE = Launcher(
         Setting("seq_length", "128", "count", "tokens per example (--max_seq_length), as in training"),
         ft.DOC_STRIDE_UNUSED,
         ft.bert_model("picks BERT_DIR (config and vocab when none is beside the model)"),
+        ft.BIN_SIZE,
     ),
     (
         *GLUE_PATHS,

@@ -54,6 +54,14 @@ SETTINGS = (
         "evaluate on <phase data>/test/* at the end of each phase",
         positional=False,
     ),
+    Setting(
+        "bin_size",
+        "64",
+        "steps",
+        "pad each micro-batch only to a multiple of this past its longest, an update's sequences "
+        "sorted by length (0: to the phase's seq length)",
+        positional=False,
+    ),
 )
 
 PATHS = (
@@ -126,6 +134,11 @@ def plan_phases(v: dict, text: dict, run_phases) -> dict:
             )
             raise UsageError(
                 f"phase {n} would run 0 steps ({how}, with train_steps={v['train_steps']}); raise train_steps."
+            )
+        if v["bin_size"] > phase.max_seq_length:
+            raise UsageError(
+                f"bin_size={v['bin_size']} exceeds phase {n}'s sequence length {phase.max_seq_length}; "
+                "use at most that (0 pads to it)."
             )
         if phase.warmup > phase.steps:
             raise UsageError(
@@ -293,6 +306,7 @@ def _phase_flags(phase: Phase, v: dict, text: dict, paths: dict, init: str, work
         ("use_xla", text["use_xla"]),
         ("use_horovod", "true" if workers > 1 else "false"),
         ("do_train", "true"),
+        ("bin_size", text["bin_size"]),
     ]
     if v["do_eval"]:
         flags += [("do_eval", "true"), ("eval_files", os.path.join(data, "test", "*"))]
@@ -312,6 +326,7 @@ ORIGIN = {
     "use_xla": "use_xla",
     "use_horovod": "num_gpus",
     "do_eval": "do_eval",
+    "bin_size": "bin_size",
 }
 
 

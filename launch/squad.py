@@ -63,6 +63,7 @@ def plan_training(launch):
         ("do_train", "true", ""),
         ("do_predict", "true", ""),
         ("do_eval", "true", ""),
+        *ft.by_length_flags(launch, training=True),
     ]
     command = launch.command(flags)
 
@@ -106,6 +107,7 @@ def plan_inference(launch):
         ("do_train", "false", ""),
         ("do_predict", "true", ""),
         ("do_eval", "true", ""),
+        *ft.by_length_flags(launch, training=False),
     ]
     if export_dir:
         flags.append(("export_dir", export_dir, "export_dir"))
@@ -138,6 +140,8 @@ TRAINING = Launcher(
         SQUAD_VERSION,
         ft.INIT_CHECKPOINT,
         ft.EPOCHS,
+        ft.BIN_SIZE,
+        ft.GROUP_BY_LENGTH,
     ),
     (
         ft.DATA_DIR,
@@ -172,6 +176,7 @@ INFERENCE = Launcher(
         Setting("doc_stride", "128", "count", "tokens between the starts of a context's windows"),
         ft.bert_model("picks BERT_DIR (config and vocab when none is beside the model)"),
         SQUAD_VERSION,
+        ft.BIN_SIZE,
     ),
     (
         ft.DATA_DIR,

@@ -266,3 +266,30 @@ def test_round6_equals_pythons_round():
     expected = [round(float(x), 6) for x in values]
     assert ef.round6(values).tolist() == expected
     assert round(float(np.float32(1 / 128)), 6) == 0.007812  # a tie, rounded half to even
+
+
+def test_windows_sorted_by_length_write_the_same_lines_in_input_order(
+    io_dir, google_dir, google_output, monkeypatch
+):
+    # Windows of one batch (2 lines): three windows, each sorted on its own, written in order.
+    monkeypatch.setattr(ef, "SORT_WINDOW_BATCHES", 1)
+    output = str(io_dir / "windows.jsonl")
+    ef.run(
+        str(io_dir / "input.txt"),
+        output,
+        os.path.join(google_dir, "bert_model.ckpt"),
+        bert_config_file=os.path.join(google_dir, "bert_config.json"),
+        vocab_file=os.path.join(google_dir, "vocab.txt"),
+        layers=LAYERS,
+        batch_size=BATCH,
+        log=io.StringIO(),
+    )
+    got, want = _read_jsonl(output), _read_jsonl(google_output)
+    assert [r["linex_index"] for r in got] == list(range(len(EXAMPLES)))
+    assert [[f["token"] for f in r["features"]] for r in got] == [
+        [f["token"] for f in r["features"]] for r in want
+    ]
+    for g, w in zip(got, want):
+        values = [np.array([layer["values"] for layer in f["layers"]]) for f in g["features"]]
+        expected = [np.array([layer["values"] for layer in f["layers"]]) for f in w["features"]]
+        assert max(float(np.abs(a - b).max()) for a, b in zip(values, expected)) <= 1e-5

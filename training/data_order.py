@@ -92,24 +92,85 @@ def records_in_order(files: list[str], counts: list[int], *, seed: int, window: 
     return current.concatenate(tf.data.Dataset.range(epoch + 1, _ENDLESS).flat_map(whole_epoch))
 
 
-def rows_in_order(rows: int, *, seed: int, start: int = 0) -> tf.data.Dataset:
+def rows_in_order(
+    rows: int, *, seed: int, start: int = 0, lengths=None, group_batch: int | None = None
+) -> tf.data.Dataset:
     """Row indices (int64) of an in-memory training set in the global order, endless, from
-    sequence `start` of it."""
+    sequence `start` of it.
+
+    With `group_batch` (the global batch G) and `lengths` (int [rows], real tokens per row): each
+    epoch's permutation is cut into groups of GROUP_BATCHES x G rows, each group sorted by length
+    (longest first) and cut into batches of G, and the batches of a group shuffled by the seed;
+    the epoch's last, partial batch stays last (Hugging Face's group_by_length, seeded so that
+    every worker count sees one order)."""
     if rows < 1:
         raise ValueError("there are no training rows.")
     epoch, offset = divmod(int(start), rows)
+    if group_batch is None:
 
-    def epoch_rows(e):
-        return tf.data.Dataset.from_tensor_slices(_permutation(rows, seed, -1 - e))
+        def epoch_rows(e):
+            return tf.data.Dataset.from_tensor_slices(_permutation(rows, seed, -1 - e))
+
+    else:
+        lengths = tf.constant(np.asarray(lengths, np.int64))
+
+        def epoch_rows(e):
+            return tf.data.Dataset.from_tensor_slices(
+                _grouped_by_length(_permutation(rows, seed, -1 - e), lengths, group_batch, seed, e)
+            )
 
     return tf.data.Dataset.range(epoch, _ENDLESS).flat_map(epoch_rows).skip(offset)
 
 
-def worker_micro_batches(order: tf.data.Dataset, batch_size: int, num_workers: int, worker_index: int):
-    """Worker `worker_index`'s micro-batches of `order`: every num_workers-th batch of batch_size."""
+GROUP_BATCHES = 50  # batches per length group (Hugging Face's megabatch)
+
+
+def _grouped_by_length(permutation, lengths, batch: int, seed: int, epoch):
+    """`permutation` (int64 [N]) regrouped as rows_in_order's group_batch describes."""
+    n = int(permutation.shape[0])
+    group = GROUP_BATCHES * batch
+    groups = -(-n // group)
+    # Pad to whole groups with rows of length -1: they sort to the end of the last group.
+    rows = tf.concat([permutation, tf.fill([groups * group - n], tf.constant(-1, tf.int64))], 0)
+    row_lengths = tf.where(rows >= 0, tf.gather(lengths, tf.maximum(rows, 0)), -1)
+    rows = tf.reshape(rows, [groups, group])
+    longest_first = tf.argsort(tf.reshape(-row_lengths, [groups, group]), axis=1, stable=True)
+    batches = tf.reshape(tf.gather(rows, longest_first, batch_dims=1), [groups, GROUP_BATCHES, batch])
+    # Each group's batches in a seeded order; a batch holding padding rows (the epoch's tail) last.
+    keys = tf.random.stateless_uniform(
+        [groups, GROUP_BATCHES], seed=_seed_pair(seed, -(2**40) - tf.cast(epoch, tf.int64))
+    )
+    keys = tf.where(tf.reduce_any(batches < 0, axis=2), 2.0, keys)
+    batches = tf.gather(batches, tf.argsort(keys, axis=1, stable=True), batch_dims=1)
+    flat = tf.reshape(batches, [-1])
+    return tf.boolean_mask(flat, flat >= 0)
+
+
+def worker_micro_batches(
+    order: tf.data.Dataset,
+    batch_size: int,
+    num_workers: int,
+    worker_index: int,
+    *,
+    accumulation: int = 1,
+    lengths_of=None,
+):
+    """Worker `worker_index`'s micro-batches of `order` (elements [B]).
+
+    Without `lengths_of`: every num_workers-th batch of batch_size. With it (elements [G] ->
+    their real token counts int [G]): each update's G = W x k x B elements sorted by length and
+    dealt as training/length_bins.deal_by_length says, k micro-batches per update."""
     if num_workers < 1 or not 0 <= worker_index < num_workers:
         raise ValueError(f"worker_index={worker_index} is not within num_workers={num_workers}.")
-    return order.batch(batch_size, drop_remainder=True).shard(num_workers, worker_index)
+    if lengths_of is None:
+        return order.batch(batch_size, drop_remainder=True).shard(num_workers, worker_index)
+    from training.length_bins import deal_by_length
+
+    def deal(update):
+        return tf.gather(update, deal_by_length(lengths_of(update), batch_size, num_workers, worker_index))
+
+    updates = order.batch(batch_size * accumulation * num_workers, drop_remainder=True)
+    return updates.map(deal, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).unbatch()
 
 
 class Position:

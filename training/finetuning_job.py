@@ -50,6 +50,7 @@ class FineTuningSettings(job.JobSettings):
     do_predict: bool = setting("bool", False)
     keep_checkpoints: int = setting("count", 3)
     eval_every_n_steps: int = setting("steps", 0)  # 0: evaluate after training only
+    group_by_length: bool = setting("bool", False)  # training/data_order.rows_in_order
     export_dir: str | None = None
     triton_repository: str | None = None
 
@@ -102,14 +103,26 @@ def train_steps(num_features: int, global_batch: int, epochs: float, warmup_prop
 
 
 def training_dataset(
-    arrays: dict, batch_size: int, *, num_workers: int, worker_index: int, seed: int, start: int = 0
+    arrays: dict,
+    batch_size: int,
+    *,
+    num_workers: int,
+    worker_index: int,
+    seed: int,
+    start: int = 0,
+    accumulation: int = 1,
+    bin_size: int = 0,
+    group_by_length: bool = False,
 ):
-    """Fixed-shape training micro-batches of one worker from in-memory feature arrays: the rows
-    in the global order of training/data_order.py (a seeded permutation per epoch, endless) from
-    sequence `start` of it, every num_workers-th micro-batch of B."""
+    """Training micro-batches of one worker from in-memory feature arrays: the rows in the global
+    order of training/data_order.py (a seeded permutation per epoch, endless; grouped by length
+    with `group_by_length`) from sequence `start` of it. bin_size 0: every num_workers-th
+    micro-batch of B, each S long; else each update's W x k x B rows (k = accumulation) sorted by
+    length and dealt to the workers, each micro-batch cut to its bin (training/length_bins.py)."""
     import tensorflow as tf
 
     from training.data_order import rows_in_order, worker_micro_batches
+    from training.length_bins import trim
 
     rows = len(next(iter(arrays.values())))
     if rows < batch_size * num_workers:
@@ -117,49 +130,88 @@ def training_dataset(
             f"{rows} training features are fewer than --train_batch_size={batch_size} x "
             f"{num_workers} worker(s), one micro-batch for each."
         )
-    tensors = {name: tf.constant(value) for name, value in arrays.items()}
-    d = worker_micro_batches(
-        rows_in_order(rows, seed=seed, start=start), batch_size, num_workers, worker_index
+    lengths = arrays["input_mask"].sum(axis=1) if bin_size or group_by_length else None
+    order = rows_in_order(
+        rows,
+        seed=seed,
+        start=start,
+        lengths=lengths,
+        group_batch=batch_size * accumulation * num_workers if group_by_length else None,
     )
-    d = d.map(lambda index: {name: tf.gather(t, index) for name, t in tensors.items()})
+    tensors = {name: tf.constant(value) for name, value in arrays.items()}
+    lengths_of = None
+    if bin_size:
+        row_lengths = tf.constant(lengths.astype(np.int32))
+
+        def lengths_of(index):
+            return tf.gather(row_lengths, index)
+
+    d = worker_micro_batches(
+        order, batch_size, num_workers, worker_index, accumulation=accumulation, lengths_of=lengths_of
+    )
+    max_seq_length = arrays["input_ids"].shape[1] if bin_size else None
+    d = d.map(
+        lambda index: trim(
+            {name: tf.gather(t, index) for name, t in tensors.items()}, bin_size, max_seq_length
+        )
+    )
     return d.prefetch(tf.data.AUTOTUNE)
 
 
-def batches_in_order(arrays: dict, batch_size: int):
-    """(batch, real rows) over every row once, the last batch padded by repeating its final row so
-    every batch has the compiled shape; the caller keeps the first `real rows` outputs."""
-    rows = len(next(iter(arrays.values())))
-    for start in range(0, rows, batch_size):
-        stop = min(start + batch_size, rows)
-        index = np.minimum(np.arange(start, start + batch_size), rows - 1)
-        yield {name: value[index] for name, value in arrays.items()}, stop - start
+def predict(
+    step,
+    arrays: dict,
+    batch_size: int,
+    progress_name: str,
+    stream,
+    *,
+    bin_size: int = 0,
+    sequence_outputs: tuple = (),
+) -> dict[str, np.ndarray]:
+    """The model's outputs (float32 arrays, one row per feature) over `arrays`, in input order.
 
-
-def predict(step, arrays: dict, batch_size: int, progress_name: str, stream) -> dict[str, np.ndarray]:
-    """The model's outputs (float32 arrays, one row per feature) over `arrays`, in order."""
+    With bin_size the rows go by length (training/length_bins.by_length), each batch cut to its
+    bin; the outputs named in `sequence_outputs` ([B, L]) are filled back to S with -inf past L:
+    positions that are padding in every row of the batch."""
     from common.progress import Progress
+    from training.length_bins import SEQUENCE_FEATURES, by_length
 
-    rows = len(next(iter(arrays.values())))
-    parts: dict[str, list] = {}
+    rows, max_seq_length = arrays["input_ids"].shape
+    outputs: dict[str, np.ndarray] = {}
+    lengths = arrays["input_mask"].sum(axis=1)
     with Progress(progress_name, rows, unit="features", stream=stream) as progress:
-        for batch, real in batches_in_order(arrays, batch_size):
-            outputs = step.predict(batch)
-            for name, value in outputs.items():
-                parts.setdefault(name, []).append(np.asarray(value)[:real])
+        for index, real, length in by_length(lengths, batch_size, bin_size, max_seq_length):
+            batch = {
+                name: value[index][:, :length] if name in SEQUENCE_FEATURES else value[index]
+                for name, value in arrays.items()
+            }
+            for name, value in step.predict(batch).items():
+                value = np.asarray(value, np.float32)[:real]
+                if name in sequence_outputs and value.shape[1] < max_seq_length:
+                    filler = np.full((real, max_seq_length - value.shape[1]), -np.inf, np.float32)
+                    value = np.concatenate([value, filler], axis=1)
+                if name not in outputs:
+                    outputs[name] = np.empty((rows, *value.shape[1:]), np.float32)
+                outputs[name][index[:real]] = value
             progress(real)
-    return {name: np.concatenate(values) for name, values in parts.items()}
+    return outputs
 
 
-def periodic_evaluation(step, task, split: str, every: int, last: int, features, batch_size: int, log):
+def periodic_evaluation(
+    step, task, split: str, every: int, last: int, features, batch_size: int, log, by_length: dict
+):
     """loop.train's `periodic` for --eval_every_n_steps: every `every` updates before the last
     (whose evaluation follows training), the official metrics of `split` into the log (log.jsonl's
-    {"step", "eval"} lines and TensorBoard's eval/ scalars); nothing is written on other ranks."""
+    {"step", "eval"} lines and TensorBoard's eval/ scalars); nothing is written on other ranks.
+    by_length: predict's bin_size and sequence_outputs."""
 
     def evaluate(current: int) -> None:
         if current >= last or not log.enabled:
             return
         arrays, context = features  # rank 0's (None on the others, which never get here)
-        outputs = predict(step, arrays, batch_size, f"evaluate {split} at step {current}", log.stream)
+        outputs = predict(
+            step, arrays, batch_size, f"evaluate {split} at step {current}", log.stream, **by_length
+        )
         metrics = task.dev_metrics(split, outputs, context)
         if metrics is not None:
             log.record_eval(current, {"split": split, **metrics})
@@ -220,6 +272,7 @@ def _plan(s: FineTuningSettings, task, dist, out) -> FineTuningPlan:
         **task.describe(),
         "vocab_file": vocab_file,
         **update.describe(),
+        "bin_size": job.bin_size_of(s),
         "num_train_steps": steps,
         "num_warmup_steps": warmup,
         "resume_from": resume_from,
@@ -254,7 +307,7 @@ def _predict_and_export(
 
     for split in task.prediction_splits(do_eval=s.do_eval, do_predict=s.do_predict):
         arrays, context = task.predict_features(split, plan.tokenizer, s.max_seq_length, stream=out)
-        outputs = predict(step, arrays, s.predict_batch_size, f"predict {split}", out)
+        outputs = predict(step, arrays, s.predict_batch_size, f"predict {split}", out, **_by_length(s, task))
         metrics = task.write_predictions(split, outputs, context, s.output_dir)
         if metrics is not None:
             metrics = {**metrics, "global_step": global_step}
@@ -276,6 +329,12 @@ def _predict_and_export(
                 s.export_dir, s.triton_repository, task.triton_name, task.serving_outputs
             )
             print(f"Wrote the Triton model {where} (config.pbtxt, 1/model.savedmodel).", file=out)
+
+
+def _by_length(s: FineTuningSettings, task) -> dict:
+    """predict's keywords for the task's outputs under --bin_size."""
+    sequence_outputs = tuple(name for name, dims in task.serving_outputs.items() if dims == [-1])
+    return {"bin_size": job.bin_size_of(s), "sequence_outputs": sequence_outputs}
 
 
 class FineTuningTask:
@@ -317,6 +376,9 @@ class FineTuningTask:
                 worker_index=dist.rank,
                 seed=s.seed,
                 start=plan.start_sequence,
+                accumulation=plan.update.accumulation_steps,
+                bin_size=job.bin_size_of(s),
+                group_by_length=s.group_by_length,
             )
         )
 
@@ -335,7 +397,15 @@ class FineTuningTask:
             else None
         )
         return periodic_evaluation(
-            step, self, split, s.eval_every_n_steps, plan.steps, features, s.predict_batch_size, log
+            step,
+            self,
+            split,
+            s.eval_every_n_steps,
+            plan.steps,
+            features,
+            s.predict_batch_size,
+            log,
+            _by_length(s, self),
         )
 
     def loaded(self, plan: FineTuningPlan, out) -> None:

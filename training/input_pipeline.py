@@ -126,11 +126,26 @@ def record_counts(files, counting=None) -> list[int]:
     return counts
 
 
-def _parse(max_seq_length, max_predictions_per_seq):
+def _parse(max_seq_length, max_predictions_per_seq, bin_size=0):
+    """Parses a batch of records, cut to its bin length when bin_size (training/length_bins.py)."""
+    from training.length_bins import trim
+
     def parse(serialized):
-        return schema.parse_examples(serialized, max_seq_length, max_predictions_per_seq)
+        features = schema.parse_examples(serialized, max_seq_length, max_predictions_per_seq)
+        return trim(features, bin_size, max_seq_length)
 
     return parse
+
+
+def _record_lengths(max_seq_length):
+    """Serialized records [N] -> their real token counts int32 [N], reading input_mask alone."""
+
+    def lengths(serialized):
+        spec = {schema.INPUT_MASK: tf.io.FixedLenFeature([max_seq_length], tf.int64)}
+        mask = tf.io.parse_example(serialized, spec)[schema.INPUT_MASK]
+        return tf.cast(tf.reduce_sum(mask, axis=1), tf.int32)
+
+    return lengths
 
 
 def training_dataset(
@@ -145,6 +160,8 @@ def training_dataset(
     seed=12345,
     window=DEFAULT_SHUFFLE_WINDOW,
     count=None,
+    accumulation=1,
+    bin_size=0,
 ):
     """One worker's micro-batches of the global order of `files` (training/data_order.py), from
     sequence `start` of it, endless, each file checked first.
@@ -158,8 +175,12 @@ def training_dataset(
       window: consecutive records shuffled together.
       count: count(files) -> their record counts, called once the files passed their checks
         (record_counts when None).
+      accumulation, bin_size: with bin_size > 0, each update's W x k x B records (k =
+        accumulation) are sorted by length and dealt to the workers, each micro-batch cut to its
+        bin length L (training/length_bins.py); 0: every micro-batch S long, every W-th to a worker.
 
-    Returns a tf.data.Dataset of dicts: input_ids, input_mask, segment_ids int32 [B, S];
+    Returns a tf.data.Dataset of dicts: input_ids, input_mask, segment_ids int32 [B, S] ([B, L]
+    binned);
     masked_lm_positions, masked_lm_ids int32 [B, P]; masked_lm_weights float32 [B, P];
     next_sentence_labels int32 [B, 1].
     """
@@ -173,22 +194,55 @@ def training_dataset(
     if sum(counts) == 0:
         raise UserError(f"{', '.join(files[:3])}{' ...' if len(files) > 3 else ''} hold no record.")
     order = records_in_order(files, counts, seed=seed, window=window, start=start)
-    d = worker_micro_batches(order, batch_size, num_workers, worker_index)
+    d = worker_micro_batches(
+        order,
+        batch_size,
+        num_workers,
+        worker_index,
+        accumulation=accumulation,
+        lengths_of=_record_lengths(max_seq_length) if bin_size else None,
+    )
     # Parsing whole batches is several times faster than example by example.
-    d = d.map(_parse(max_seq_length, max_predictions_per_seq), num_parallel_calls=tf.data.AUTOTUNE)
+    d = d.map(
+        _parse(max_seq_length, max_predictions_per_seq, bin_size),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True,
+    )
     return d.prefetch(tf.data.AUTOTUNE)
 
 
-def evaluation_dataset(file_patterns, batch_size, max_seq_length, max_predictions_per_seq):
+EVALUATION_SORT_BATCHES = 64  # batches of records sorted by length together
+
+
+def evaluation_dataset(
+    file_patterns, batch_size, max_seq_length, max_predictions_per_seq, *, bin_size=0, max_batches=None
+):
     """The records of `file_patterns` (globs: a list, or one comma-separated string), in file
-    order, once, in batches of `batch_size` (the last one partial), each file checked first."""
+    order, once (the first max_batches x batch_size when max_batches), in batches of `batch_size`
+    (the last one partial), each file checked first. With bin_size > 0 every
+    EVALUATION_SORT_BATCHES batches' records are sorted by length and each batch is cut to its bin
+    length: the same records, so the same sums, in fewer FLOPs."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
     files = expand_globs(file_patterns)
     for path in files:
         check_file(path, max_seq_length, max_predictions_per_seq)
-    d = tf.data.TFRecordDataset(files).batch(batch_size, drop_remainder=False)
-    d = d.map(_parse(max_seq_length, max_predictions_per_seq), num_parallel_calls=tf.data.AUTOTUNE)
+    d = tf.data.TFRecordDataset(files)
+    if max_batches is not None:
+        d = d.take(max_batches * batch_size)
+    if bin_size:
+        lengths = _record_lengths(max_seq_length)
+
+        def by_length(records):
+            return tf.gather(records, tf.argsort(lengths(records), stable=True))
+
+        d = d.batch(batch_size * EVALUATION_SORT_BATCHES).map(by_length).unbatch()
+    d = d.batch(batch_size, drop_remainder=False)
+    d = d.map(
+        _parse(max_seq_length, max_predictions_per_seq, bin_size),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True,
+    )
     return d.prefetch(tf.data.AUTOTUNE)
 
 

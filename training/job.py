@@ -52,6 +52,9 @@ class JobSettings:
     bert_config_file: str | None = None
     vocab_file: str | None = None
     max_seq_length: int = setting("count", 128)
+    # Micro-batches padded to a multiple of this (training/length_bins.py); None: 64, or
+    # max_seq_length when shorter; 0: to max_seq_length.
+    bin_size: int | None = setting("steps", None)
     train_batch_size: int = setting("count", 32)  # per worker, per micro-batch
     learning_rate: float = setting("rate", 5e-5)  # per worker: the peak is this x workers
     num_accumulation_steps: int = setting("count", 1)
@@ -76,6 +79,11 @@ def validate_settings(s: JobSettings) -> None:
     if not s.output_dir:
         raise UserError("--output_dir is required.")
     check_settings(s)
+    from training.length_bins import bin_size_refusal
+
+    refused = bin_size_refusal(s.bin_size, s.max_seq_length)
+    if refused:
+        raise UserError(refused)
     if s.optimizer_type not in OPTIMIZERS:
         raise UserError(
             f"--optimizer_type must be one of {', '.join(OPTIMIZERS)} (got {s.optimizer_type!r})."
@@ -135,7 +143,15 @@ def _build_step(s: JobSettings, task, plan: Plan, dist, out):
         train_steps=plan.steps,
         distributed=dist,
         jit_compile=s.use_xla,
+        shapes_vary=bin_size_of(s) > 0,
     )
+
+
+def bin_size_of(s: JobSettings) -> int:
+    """--bin_size as the job runs it (training.length_bins.resolved_bin_size)."""
+    from training.length_bins import resolved_bin_size
+
+    return resolved_bin_size(s.bin_size, s.max_seq_length)
 
 
 def _train(s: JobSettings, task, plan: Plan, step, out):
@@ -268,9 +284,19 @@ class Update:
             return self.peak_learning_rate
         return WarmupPolynomialDecay(self.peak_learning_rate, warmup_steps, train_steps, self.power)
 
-    def build(self, model, objective, *, warmup_steps: int, train_steps: int, distributed, jit_compile: bool):
+    def build(
+        self,
+        model,
+        objective,
+        *,
+        warmup_steps: int,
+        train_steps: int,
+        distributed,
+        jit_compile: bool,
+        shapes_vary: bool = False,
+    ):
         """The TrainStep (training/train_step.py) of `model` and `objective` with this update's
-        optimizer and schedule."""
+        optimizer and schedule; `shapes_vary` when the input is binned by length."""
         from optimization import create_optimizer
         from training.train_step import TrainStep
 
@@ -284,6 +310,7 @@ class Update:
             accumulation_steps=self.accumulation_steps,
             distributed=distributed,
             jit_compile=jit_compile,
+            shapes_vary=shapes_vary,
         )
 
 

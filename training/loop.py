@@ -155,7 +155,7 @@ def _updates(
     scale_before = float(step.loss_scale.scale.numpy())
     while current < num_train_steps:
         target = _next_read(current, current == start, every, num_train_steps)
-        started = time.perf_counter()
+        started, compiling = time.perf_counter(), step.compile_seconds
         dispatched, stopping = [], False
         while len(dispatched) < target - current:
             if stop is not None and stop.stop_now():
@@ -166,7 +166,10 @@ def _updates(
             dispatched.append(step.dispatch(micro_batches))
         results = step.read(dispatched) if dispatched else []
         applied = sum(r["applied"] for r in results)
-        seconds = (time.perf_counter() - started) / max(applied, 1)
+        # Programs compiled for a new shape (binned input) are reported, not counted as training.
+        compiling = step.compile_seconds - compiling
+        seconds = max(time.perf_counter() - started - compiling, 0.0) / max(applied, 1)
+        log.record_compiled(step.compiled)
         for metrics in results:
             if not metrics["applied"]:
                 if not metrics["loss_scale_enabled"]:

@@ -105,6 +105,7 @@ class MetricsLog:
         self._updates = 0
         self._interval_seconds = 0.0
         self._interval_updates = 0
+        self._compiled_reported = 0
         self._progress = Progress(
             "step", total=max(1, total_steps - start_step), unit="step", stream=self.stream, enabled=False
         )
@@ -175,6 +176,14 @@ class MetricsLog:
                 flush=True,
             )
         return entry
+
+    def record_compiled(self, compiled: list) -> None:
+        """Prints the programs compiled since the last call (TrainStep.compiled: (program and
+        shape, seconds), in order), each once."""
+        for program, seconds in compiled[self._compiled_reported :]:
+            if self.enabled:
+                print(f"Compiled the {program} program in {seconds:.1f} s.", file=self.stream, flush=True)
+        self._compiled_reported = len(compiled)
 
     def record_eval(self, step: int, results: dict) -> None:
         """Evaluation results at `step`: TensorBoard's eval/ scalars and, while training (the log

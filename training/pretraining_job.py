@@ -114,6 +114,7 @@ def resolve(
             "sequences_to_train": update.global_batch_size * s.num_train_steps if s.do_train else 0,
             "num_train_files": len(train_files),
             "num_eval_files": len(eval_files),
+            "bin_size": job.bin_size_of(s),
             "resume_from": resume_from,
             "start_sequence": start_sequence,
             "init_checkpoint_step": init_checkpoint_step,
@@ -189,9 +190,13 @@ def _plan(s: PretrainingSettings, dist, out) -> PretrainingPlan:
             seed=s.seed,
             window=s.shuffle_buffer,
             count=lambda files: _record_counts(files, dist, out),
+            accumulation=update.accumulation_steps,
+            bin_size=job.bin_size_of(s),
         )
     if s.do_eval and dist.is_chief:
-        eval_data = evaluation_dataset(eval_files, s.eval_batch_size, *shapes)
+        eval_data = evaluation_dataset(
+            eval_files, s.eval_batch_size, *shapes, bin_size=job.bin_size_of(s), max_batches=s.max_eval_steps
+        )
     init_step = global_step_of(s.init_checkpoint) if s.init_checkpoint and not resume_from else None
     resolved = resolve(
         s,

@@ -19,6 +19,14 @@ update. With several, Horovod's allreduce is not an XLA op (its XLA kernels do n
 TF 2.21), so the gradient program hands its sums to the allreduce and a second program applies
 the update.
 
+Micro-batches of several lengths (training/length_bins.py: each padded only to its bin) cannot
+be stacked. With `shapes_vary` and k > 1 an update is instead one compiled micro-step per
+micro-batch (its gradients added to the sums it is handed, one program per bin length) and one
+compiled update program; with k = 1 the whole-update program serves each length. Either way
+the programs number at most max_seq_length / bin_size (plus the update), each compiled the first
+time its shape comes: that call is waited for and timed once (`compiled`, `compile_seconds`), so
+compilation is reported per shape and kept out of steady throughput.
+
 Nothing is read back per update: `dispatch` queues an update and returns its outputs as device
 tensors (the objective's sums, whether it was applied, the learning rate it used, the loss scale
 after it), and `read` brings any number of them to the host in one transfer. On a GPU the host
@@ -28,6 +36,7 @@ can so queue update n+1 while update n runs; the loop reads at its log and check
 from __future__ import annotations
 
 import itertools
+import time
 
 import tensorflow as tf
 
@@ -49,6 +58,11 @@ def _micro_batch(stacked, i):
     return {name: tensor[i] for name, tensor in stacked.items()}
 
 
+def _shape_of(features) -> tuple:
+    """The shape that decides a compiled program: the token ids' (e.g. [B, L] or [k, B, L])."""
+    return tuple(features["input_ids"].shape)
+
+
 def _all_finite(tensors):
     return tf.reduce_all([tf.reduce_all(tf.math.is_finite(t)) for t in tensors])
 
@@ -63,6 +77,8 @@ class TrainStep:
     fp16_compression: Horovod fp16 compression of the gradient sum; default: on exactly when
     the loss is scaled (mixed_float16). Gradients are unscaled before they are sent, so the
     float16 wire format holds true gradient values, not values 2^15 times larger.
+    shapes_vary: the micro-batches of one update may differ in length (binned input); with k > 1
+    each is then its own compiled micro-step (see the module docstring).
     """
 
     def __init__(
@@ -76,6 +92,7 @@ class TrainStep:
         jit_compile: bool = True,
         loss_scale: DynamicLossScale | None = None,
         fp16_compression: bool | None = None,
+        shapes_vary: bool = False,
     ):
         if accumulation_steps < 1:
             raise ValueError(f"accumulation_steps must be >= 1 (got {accumulation_steps}).")
@@ -90,7 +107,14 @@ class TrainStep:
             loss_scale = DynamicLossScale(enabled=model.dtype_policy.name == "mixed_float16")
         self.loss_scale = loss_scale
         self.fp16_compression = loss_scale.enabled if fp16_compression is None else fp16_compression
-        self._denominators = tf.function(self._sum_denominators)
+        self.micro_steps = shapes_vary and accumulation_steps > 1
+        self.compiled: list[tuple[str, float]] = []  # (program and shape, seconds), in order
+        self.compile_seconds = 0.0
+        self._shapes_seen: set = set()
+        # Denominators read no sequence axis: one relaxed trace serves every bin length.
+        self._denominators = tf.function(self._sum_denominators, reduce_retracing=True)
+        self._zero_sums = tf.function(self._zeros)
+        self._accumulate = tf.function(self._accumulate_micro_batch, jit_compile=jit_compile)
         self._whole_update = tf.function(self._compute_and_apply, jit_compile=jit_compile)
         self._gradients = tf.function(self._gradient_sums, jit_compile=jit_compile)
         self._update = tf.function(self._apply_update, jit_compile=jit_compile)
@@ -156,6 +180,16 @@ class TrainStep:
         _, gradients, totals = tf.while_loop(lambda i, *_: i < k, body, start, parallel_iterations=1)
         return gradients, totals
 
+    def _zeros(self):
+        return [tf.zeros(v.shape, tf.float32) for v in self.variables], {
+            name: tf.constant(0.0) for name in self.objective.sums
+        }
+
+    def _accumulate_micro_batch(self, features, denominators, gradients, totals):
+        """The sums handed in plus one micro-batch's gradients and objective sums."""
+        g, sums = self._micro_batch_gradients(features, denominators)
+        return [a + b for a, b in zip(gradients, g)], _add(totals, sums)
+
     def _compute_and_apply(self, stacked):
         """One worker's whole update in one program: counts, gradients, the optimizer update."""
         k = self.accumulation_steps
@@ -205,17 +239,49 @@ class TrainStep:
                 f"the input ran out after {len(batches)} of {self.accumulation_steps} "
                 "micro-batches of an update."
             )
+        if self.micro_steps:
+            return self._dispatch_micro_steps(batches)
         if self.accumulation_steps == 1:
             stacked = batches[0]
         else:
             stacked = {name: tf.stack([b[name] for b in batches]) for name in batches[0]}
         if self.distributed.size == 1:
-            return self._whole_update(stacked)
+            return self._timed("update", stacked, self._whole_update, stacked)
         denominators = self._sum_named(self._denominators(batches))
-        gradients, sums = self._gradients(stacked, denominators)
+        gradients, sums = self._timed("gradients", stacked, self._gradients, stacked, denominators)
         gradients = self._sum_gradients(gradients)
         totals = {**self._sum_named(sums), **denominators}
         return totals, self._update(gradients, totals)
+
+    def _dispatch_micro_steps(self, batches):
+        """One update as a compiled micro-step per micro-batch, then the update program."""
+        denominators = self._denominators(batches)
+        if self.distributed.size > 1:
+            denominators = self._sum_named(denominators)
+        gradients, sums = self._zero_sums()
+        for features in batches:
+            gradients, sums = self._timed(
+                "micro-step", features, self._accumulate, features, denominators, gradients, sums
+            )
+        if self.distributed.size > 1:
+            gradients, sums = self._sum_gradients(gradients), self._sum_named(sums)
+        totals = {**sums, **denominators}
+        return totals, self._update(gradients, totals)
+
+    def _timed(self, program: str, features, function, *args):
+        """function(*args); the first call for a shape (which compiles) is waited for and timed."""
+        key = (program, _shape_of(features))
+        if key in self._shapes_seen:
+            return function(*args)
+        started = time.perf_counter()
+        outputs = function(*args)
+        # A scalar output: waiting for it waits for the program without copying a tensor back.
+        tf.nest.flatten(outputs[1])[0].numpy()
+        seconds = time.perf_counter() - started
+        self._shapes_seen.add(key)
+        self.compiled.append((f"{program} {'x'.join(map(str, key[1]))}", seconds))
+        self.compile_seconds += seconds
+        return outputs
 
     def read(self, dispatched: list) -> list[dict]:
         """The host values of dispatched updates, in their order, brought over in one transfer
