@@ -171,7 +171,7 @@ TRAINING = Launcher(
         Setting("epochs", "3.0", "epochs", "passes over the training set"),
         Setting("warmup_proportion", "0.1", "proportion", "share of the updates in linear warmup"),
         ft.INIT_CHECKPOINT,
-        ft.BIN_SIZE,
+        ft.bin_size("32"),
         ft.GROUP_BY_LENGTH,
     ),
     (
@@ -204,7 +204,7 @@ INFERENCE = Launcher(
         Setting("seq_length", "128", "count", "tokens per example (--max_seq_length), as in training"),
         ft.DOC_STRIDE_UNUSED,
         ft.bert_model("picks BERT_DIR (config and vocab when none is beside the model)"),
-        ft.BIN_SIZE,
+        ft.bin_size("32"),
     ),
     (
         *GLUE_PATHS,

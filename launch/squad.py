@@ -140,7 +140,7 @@ TRAINING = Launcher(
         SQUAD_VERSION,
         ft.INIT_CHECKPOINT,
         ft.EPOCHS,
-        ft.BIN_SIZE,
+        ft.bin_size("64"),
         ft.GROUP_BY_LENGTH,
     ),
     (
@@ -176,7 +176,7 @@ INFERENCE = Launcher(
         Setting("doc_stride", "128", "count", "tokens between the starts of a context's windows"),
         ft.bert_model("picks BERT_DIR (config and vocab when none is beside the model)"),
         SQUAD_VERSION,
-        ft.BIN_SIZE,
+        ft.bin_size("64"),
     ),
     (
         ft.DATA_DIR,

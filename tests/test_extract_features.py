@@ -91,10 +91,8 @@ def google_dir(io_dir, minilm_dir):
     return folder
 
 
-@pytest.fixture(scope="module")
-def google_output(io_dir, google_dir):
-    output, log = str(io_dir / "google.jsonl"), io.StringIO()
-    count = ef.run(
+def _run_on_google_checkpoint(io_dir, google_dir, output, log):
+    return ef.run(
         str(io_dir / "input.txt"),
         output,
         os.path.join(google_dir, "bert_model.ckpt"),
@@ -104,6 +102,12 @@ def google_output(io_dir, google_dir):
         batch_size=BATCH,
         log=log,
     )
+
+
+@pytest.fixture(scope="module")
+def google_output(io_dir, google_dir):
+    output, log = str(io_dir / "google.jsonl"), io.StringIO()
+    count = _run_on_google_checkpoint(io_dir, google_dir, output, log)
     assert count == len(EXAMPLES)
     assert _final_progress(count).search(log.getvalue())
     return output
@@ -274,16 +278,7 @@ def test_windows_sorted_by_length_write_the_same_lines_in_input_order(
     # Windows of one batch (2 lines): three windows, each sorted on its own, written in order.
     monkeypatch.setattr(ef, "SORT_WINDOW_BATCHES", 1)
     output = str(io_dir / "windows.jsonl")
-    ef.run(
-        str(io_dir / "input.txt"),
-        output,
-        os.path.join(google_dir, "bert_model.ckpt"),
-        bert_config_file=os.path.join(google_dir, "bert_config.json"),
-        vocab_file=os.path.join(google_dir, "vocab.txt"),
-        layers=LAYERS,
-        batch_size=BATCH,
-        log=io.StringIO(),
-    )
+    assert _run_on_google_checkpoint(io_dir, google_dir, output, io.StringIO()) == len(EXAMPLES)
     got, want = _read_jsonl(output), _read_jsonl(google_output)
     assert [r["linex_index"] for r in got] == list(range(len(EXAMPLES)))
     assert [[f["token"] for f in r["features"]] for r in got] == [

@@ -1,0 +1,476 @@
+"""Padding computed or not: sequences/s and real-token fraction for --bin_size 0 / 32 / 64 / 128,
+side by side in one process, interleaved, repeated (training/length_bins.py).
+
+    .venv/bin/python bench/padding.py                       # everything (~20 min on 2 cores)
+    .venv/bin/python bench/padding.py --only pretraining    # or squad, glue
+    .venv/bin/python bench/padding.py --repeats 5 --updates 3 --bins 0,64
+
+Rows:
+- pretraining updates on real records: the quickstart corpus's phase-1 (seq 128) and phase-2 (seq
+  512) TFRecords (made by the quickstart's own data commands under --work_dir when missing) and
+  those of a generated Wikipedia dump (tests/dump_generator.py through bench/prep_scale.py's
+  pipeline, NVIDIA's recipe), each with the global batch of the quickstart preset (phase 1: 32 x 1,
+  phase 2: 8 x 4) and NVIDIA's recipe scaled down to this machine (phase 1: 16 x 8, phase 2: 8 x
+  16; its 64 x 128 and 8 x 512 would take minutes an update here). One update is timed through
+  the real input pipeline and TrainStep (XLA, fp32, one worker); every program is compiled in
+  warm-up updates before the clock starts (their compile time is printed apart).
+- "real tokens": the share of the computed positions that are real tokens (1 - padding),
+  over the measured updates; "worker spread": how evenly an update of the same global batch
+  would spread over 8 workers dealt as training/length_bins.deal_by_length deals (busiest
+  worker's padded tokens / the mean worker's; 1.00 is even).
+- SQuAD fine-tuning updates and prediction on the python_qa set (max_seq_length 384,
+  doc_stride 128, batch 8); GLUE prediction on SST-2-like short sentences (real sentences of the
+  python_docs corpus cut to SST-2's length mix, max_seq_length 128, batch 32).
+
+The model is configs/bert_tiny.json (L2 H128; a bigger one changes the absolute figures, not
+which way the ratios go) with the records' vocabulary. The ratio column divides by the bin 0
+figure of the same row group, measured in the same rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(1, os.path.join(ROOT, "tests"))
+
+from bench import harness  # noqa: E402
+
+WORKERS_FOR_SPREAD = 8
+RECIPES = {  # (micro-batch B, accumulation k) per phase
+    "quickstart": {1: (32, 1), 2: (8, 4)},
+    "NVIDIA scaled": {1: (16, 8), 2: (8, 16)},
+}
+PHASES = {1: (128, 20), 2: (512, 80)}
+
+
+# ----------------------------------------------------------------------------------- records
+
+
+def quickstart_records(work_dir: str) -> tuple[dict, str, str]:
+    """({phase: training TFRecord files}, vocab file, python_qa dir) of the quickstart's data
+    commands, run under work_dir/quickstart when missing."""
+    from launch import quickstart as qs
+
+    at = qs.Layout(os.path.join(work_dir, "quickstart"))
+
+    def files():
+        return {p: sorted(glob.glob(os.path.join(at.records(p), "training", "*"))) for p in (1, 2)}
+
+    if not all(files().values()):
+        harness.log("building the quickstart's corpus and records (a few minutes)")
+        subprocess.run(
+            [*prepare_argv(at.data), "--dataset", qs.DATASET, "--corpus_mb", "4"], check=True, cwd=ROOT
+        )
+        shards = [arg for name, value in qs.SHARDS.items() for arg in (f"--{name}", str(value))]
+        script = os.path.join(ROOT, "scripts", "data_download.sh")
+        subprocess.run(
+            ["bash", script, "--data_dir", at.data, "--corpus", at.corpus, "--dataset", qs.DATASET]
+            + ["--train_vocab", str(qs.VOCAB_SIZE), *shards, "--dupe_factor", str(qs.DUPE_FACTOR)],
+            check=True,
+            cwd=ROOT,
+        )
+    from data import paths
+
+    qa = paths.python_qa_dir(at.data)
+    if not os.path.exists(os.path.join(qa, "dev.json")):
+        subprocess.run([*prepare_argv(at.data), "--dataset", "python_qa"], check=True, cwd=ROOT)
+    return files(), at.vocab_file, qa
+
+
+def prepare_argv(data_dir: str) -> list:
+    return [
+        sys.executable,
+        os.path.join(ROOT, "prepare_data.py"),
+        "--action",
+        "download",
+        "--data_dir",
+        data_dir,
+    ]
+
+
+def wikipedia_records(work_dir: str, xml_mb: float) -> tuple[dict, str]:
+    """({phase: training TFRecord files}, vocab) from a generated dump through NVIDIA's recipe."""
+    from bench import prep_scale
+    from bench.prep_throughput import vocab_file
+
+    data_dir = os.path.join(work_dir, f"wikipedia_{xml_mb:g}MB")
+
+    def files():
+        return {
+            p: sorted(glob.glob(os.path.join(data_dir, f"tfrecord_seq{PHASES[p][0]}", "training", "*")))
+            for p in (1, 2)
+        }
+
+    if not all(files().values()):
+        dump, _ = prep_scale.dump_path(os.path.join(work_dir, "dumps"), xml_mb, seed=0)
+        prep_scale.run_pipeline(dump, data_dir, 1, shard_mb=max(1.0, xml_mb / 8))
+    return files(), vocab_file()
+
+
+# ----------------------------------------------------------------------------------- models
+
+
+def build_model(build, vocab_size: int, seq: int):
+    """A model of configs/bert_tiny.json sized to the vocab (dropout kept: the cost is real)."""
+    import dataclasses
+
+    from bert.config import read_config_file
+    from training import job
+
+    config = read_config_file(os.path.join(ROOT, "configs", "bert_tiny.json"))
+    config = dataclasses.replace(config, vocab_size=vocab_size, max_position_embeddings=max(512, seq))
+    return job.build_model(lambda dtype: build(config, dtype), seed=1, precision="fp32", rank=0)
+
+
+def vocab_size(vocab: str) -> int:
+    with open(vocab, encoding="utf-8") as f:
+        return sum(1 for _ in f)
+
+
+def steps_for(model, objective, accumulation: int, bins: list[int]) -> dict:
+    """{bin: TrainStep} on one model: bin 0 the stacked update, the others the binned one."""
+    from training import job
+    from training.distributed import Distributed
+
+    update = job.Update(1, accumulation, 1e-4, 1, "lamb")
+    dist = Distributed(use_horovod=False)
+    return {
+        b: update.build(
+            model,
+            objective,
+            warmup_steps=1,
+            train_steps=10**6,
+            distributed=dist,
+            jit_compile=True,
+            shapes_vary=b > 0,
+        )
+        for b in bins
+    }
+
+
+# ----------------------------------------------------------------------------------- measuring
+
+
+class Counting:
+    """Wraps a micro-batch iterator, counting real and computed positions."""
+
+    def __init__(self, batches):
+        self.batches, self.real, self.computed = batches, 0, 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        batch = next(self.batches)
+        mask = batch["input_mask"]
+        self.real += int(mask.numpy().sum())
+        self.computed += int(mask.shape[0] * mask.shape[1])
+        return batch
+
+
+def timed_updates(step, batches, updates: int) -> float:
+    """Seconds for `updates` updates (dispatched, then read once)."""
+    started = time.perf_counter()
+    step.read([step.dispatch(batches) for _ in range(updates)])
+    return time.perf_counter() - started
+
+
+def compare(streams: dict, sequences_per_round: int, repeats: int, updates: int, warmup: int) -> dict:
+    """{bin: {"rate": [seq/s per round], "real": fraction, "compile": s}} for streams {bin: (step,
+    Counting)}: `warmup` updates each, then `repeats` interleaved rounds of `updates` updates."""
+    results = {b: {"rate": []} for b in streams}
+    for b, (step, batches) in streams.items():
+        for _ in range(warmup):
+            step(batches)
+        results[b]["compile"] = step.compile_seconds
+        batches.real = batches.computed = 0
+    for _, b in harness.interleaved(list(streams), repeats):
+        step, batches = streams[b]
+        seconds = timed_updates(step, batches, updates)
+        results[b]["rate"].append(sequences_per_round / seconds)
+    for b, (_, batches) in streams.items():
+        results[b]["real"] = batches.real / max(batches.computed, 1)
+    return results
+
+
+def worker_spread(
+    files: list, seq: int, batch: int, accumulation: int, bin_size: int, updates: int = 8
+) -> float:
+    """Busiest / mean worker's padded tokens over `updates` updates of W x k x B sequences."""
+    import numpy as np
+    import tensorflow as tf
+
+    from training.data_order import records_in_order
+    from training.input_pipeline import _record_lengths, record_counts
+    from training.length_bins import bin_length, deal_by_length
+
+    if not bin_size:
+        return 1.0
+    g = WORKERS_FOR_SPREAD * accumulation * batch
+    order = records_in_order(files, record_counts(files), seed=12345, window=10000)
+    ratios = []
+    for update in order.batch(g).map(_record_lengths(seq)).take(updates):
+        lengths = update.numpy()
+        tokens = []
+        for w in range(WORKERS_FOR_SPREAD):
+            rows = deal_by_length(tf.constant(lengths), batch, WORKERS_FOR_SPREAD, w).numpy()
+            tokens.append(sum(batch * bin_length(int(n), bin_size, seq) for n in lengths[rows].max(axis=1)))
+        ratios.append(max(tokens) / float(np.mean(tokens)))
+    return float(np.mean(ratios))
+
+
+def pretraining_rows(name: str, files: dict, vocab: str, args) -> list:
+    from bert.pretraining import BertPretrainer
+    from training.input_pipeline import training_dataset
+    from training.pretraining_objective import PretrainingObjective
+
+    rows = []
+    for phase, (seq, predictions) in PHASES.items():
+        model = build_model(lambda c, d: BertPretrainer(c, dtype=d), vocab_size(vocab), seq)
+        for recipe, batches in RECIPES.items():
+            if recipe not in args.recipes:
+                continue
+            batch, k = batches[phase]
+            harness.log(f"pretraining {name} phase {phase}, {recipe} ({batch} x {k})")
+            steps = steps_for(model, PretrainingObjective(), k, args.bins)
+            streams = {
+                b: (
+                    steps[b],
+                    Counting(
+                        iter(
+                            training_dataset(
+                                files[phase], batch, seq, predictions, accumulation=k, bin_size=b, seed=12345
+                            )
+                        )
+                    ),
+                )
+                for b in args.bins
+            }
+            results = compare(streams, batch * k * args.updates, args.repeats, args.updates, args.warmup)
+            base = statistics.median(results[0]["rate"]) if 0 in results else None
+            for b in args.bins:
+                rate = statistics.median(results[b]["rate"])
+                rows.append(
+                    [
+                        f"{name} phase {phase} (seq {seq})",
+                        f"{recipe}: {batch} x {k}",
+                        str(b),
+                        f"{results[b]['real']:.1%}",
+                        f"{worker_spread(files[phase], seq, batch, k, b):.2f}",
+                        harness.median_range(results[b]["rate"], "{:.1f}"),
+                        f"{rate / base:.2f}x" if base else "",
+                        f"{results[b]['compile']:.0f}",
+                    ]
+                )
+    return rows
+
+
+def squad_rows(vocab: str, qa_dir: str, args) -> list:
+    from bert.finetuning import BertSpanModel
+    from bert.tokenization import build_tokenizer
+    from training.finetuning_job import predict, training_dataset
+    from training.finetuning_objectives import SpanObjective
+    from training.squad_task import SquadTask
+
+    seq, batch = 384, 8
+    task = SquadTask(
+        train_file=os.path.join(qa_dir, "train.json"),
+        predict_file=os.path.join(qa_dir, "dev.json"),
+        doc_stride=128,
+    )
+    tokenizer = build_tokenizer(vocab_file=vocab, do_lower_case=True)
+    train, _ = task.train_features(tokenizer, seq, seed=1, stream=open(os.devnull, "w"))
+    arrays, _ = task.predict_features("predict", tokenizer, seq, stream=open(os.devnull, "w"))
+    model = build_model(lambda c, d: BertSpanModel(c, dtype=d), vocab_size(vocab), seq)
+    rows = []
+    harness.log(f"SQuAD python_qa fine-tuning ({len(train['input_ids'])} windows)")
+    steps = steps_for(model, SpanObjective(), 1, args.bins)
+    streams = {
+        b: (
+            steps[b],
+            Counting(iter(training_dataset(train, batch, num_workers=1, worker_index=0, seed=1, bin_size=b))),
+        )
+        for b in args.bins
+    }
+    results = compare(streams, batch * args.updates, args.repeats, args.updates, args.warmup)
+    base = statistics.median(results[0]["rate"]) if 0 in results else None
+    for b in args.bins:
+        rate = statistics.median(results[b]["rate"])
+        rows.append(
+            [
+                "SQuAD python_qa (seq 384)",
+                f"fine-tuning: {batch} x 1",
+                str(b),
+                f"{results[b]['real']:.1%}",
+                "",
+                harness.median_range(results[b]["rate"], "{:.1f}"),
+                f"{rate / base:.2f}x" if base else "",
+                f"{results[b]['compile']:.0f}",
+            ]
+        )
+    rows += prediction_rows(
+        "SQuAD python_qa (seq 384)", steps, arrays, batch, args, predict, ("start_logits", "end_logits")
+    )
+    return rows
+
+
+def prediction_rows(
+    label: str, steps: dict, arrays: dict, batch: int, args, predict, sequence_outputs
+) -> list:
+    """Prediction over every row of `arrays`, each bin timed in interleaved rounds (one warm-up
+    pass compiles every shape)."""
+    from training.length_bins import by_length
+
+    harness.log(f"{label} prediction ({len(arrays['input_ids'])} rows)")
+    devnull = open(os.devnull, "w")
+    rates = {b: [] for b in args.bins}
+    seq = arrays["input_ids"].shape[1]
+    lengths = arrays["input_mask"].sum(axis=1)
+
+    def run(b):
+        return predict(
+            steps[b], arrays, batch, "predict", devnull, bin_size=b, sequence_outputs=sequence_outputs
+        )
+
+    compile_s = {}
+    for b in args.bins:
+        compile_s[b], _ = harness.timed(lambda b=b: run(b))
+    for _, b in harness.interleaved(list(args.bins), args.repeats):
+        seconds, _ = harness.timed(lambda b=b: run(b))
+        rates[b].append(len(lengths) / seconds)
+    rows = []
+    base = statistics.median(rates[0]) if 0 in rates else None
+    for b in args.bins:
+        computed = sum(batch * length for _, _, length in by_length(lengths, batch, b, seq))
+        rate = statistics.median(rates[b])
+        rows.append(
+            [
+                label,
+                f"prediction: {batch}",
+                str(b),
+                f"{lengths.sum() / computed:.1%}",
+                "",
+                harness.median_range(rates[b], "{:.1f}"),
+                f"{rate / base:.2f}x" if base else "",
+                f"{compile_s[b]:.0f}",
+            ]
+        )
+    return rows
+
+
+def sst2_like_arrays(corpus: str, vocab: str, count: int, seq: int) -> dict:
+    """`count` single sentences of the corpus cut to SST-2's length mix (3 to 50 words, most
+    between 5 and 30), tokenized to GLUE's features at `seq`."""
+    import numpy as np
+
+    from bert.tokenization import build_tokenizer, encode_pair
+
+    rng = random.Random(2)
+    tokenizer = build_tokenizer(vocab_file=vocab, do_lower_case=True)
+    with open(corpus, encoding="utf-8") as f:
+        words = [line.split() for line in f if len(line.split()) >= 8]
+    rows = []
+    while len(rows) < count:
+        sentence = rng.choice(words)
+        n = max(3, min(50, int(rng.lognormvariate(2.8, 0.5))))
+        rows.append(encode_pair(tokenizer, " ".join(sentence[:n]), None, max_seq_length=seq))
+    return {
+        k: np.asarray([r[k] + [0] * (seq - len(r[k])) for r in rows], np.int32)
+        for k in ("input_ids", "input_mask", "segment_ids")
+    }
+
+
+def glue_rows(vocab: str, corpus: str, args) -> list:
+    from bert.finetuning import BertClassifier
+    from training.finetuning_job import predict
+    from training.finetuning_objectives import ClassificationObjective
+
+    seq, batch = 128, 32
+    arrays = sst2_like_arrays(corpus, vocab, args.glue_rows, seq)
+    model = build_model(lambda c, d: BertClassifier(c, 2, dtype=d), vocab_size(vocab), seq)
+    steps = steps_for(model, ClassificationObjective(), 1, args.bins)
+    return prediction_rows("GLUE SST-2-like (seq 128)", steps, arrays, batch, args, predict, ())
+
+
+# ----------------------------------------------------------------------------------- main
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--work_dir", default=os.path.join(ROOT, "results", "bench_padding"))
+    p.add_argument("--bins", default="0,32,64,128", help="bin sizes; 0 (padded) is the ratios' base")
+    p.add_argument("--repeats", type=int, default=3, help="interleaved rounds")
+    p.add_argument("--updates", type=int, default=2, help="updates per round and bin")
+    p.add_argument("--warmup", type=int, default=4, help="updates before the clock (compiles every shape)")
+    p.add_argument(
+        "--xml_mb",
+        type=float,
+        default=8.0,
+        help="size of the generated Wikipedia dump (0: no Wikipedia rows)",
+    )
+    p.add_argument("--only", choices=("pretraining", "squad", "glue"), action="append")
+    p.add_argument(
+        "--recipes", default=",".join(RECIPES), help=f"global batches to run ({', '.join(RECIPES)})"
+    )
+    p.add_argument("--vocab", help="with --corpus: GLUE's rows from these, without the quickstart's data")
+    p.add_argument("--corpus", help="sentences for GLUE's SST-2-like rows (default: the quickstart corpus)")
+    p.add_argument("--glue_rows", type=int, default=872, help="SST-2-like sentences (SST-2's dev size)")
+    args = p.parse_args(argv)
+    args.bins = [int(b) for b in args.bins.split(",")]
+    args.recipes = args.recipes.split(",")
+    if 0 not in args.bins:
+        args.bins.insert(0, 0)
+    return args
+
+
+def main(argv=None) -> None:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    args = parse_args(argv)
+    only = set(args.only or ("pretraining", "squad", "glue"))
+    started = time.perf_counter()
+    from launch import quickstart as qs
+
+    quick = vocab = qa_dir = None
+    if only & {"pretraining", "squad"} or not (args.vocab and args.corpus):
+        quick, vocab, qa_dir = quickstart_records(args.work_dir)
+    vocab = args.vocab or vocab
+    corpus = args.corpus or qs.Layout(os.path.join(args.work_dir, "quickstart")).corpus
+    rows = []
+    if "pretraining" in only:
+        rows += pretraining_rows("quickstart corpus", quick, vocab, args)
+        if args.xml_mb:
+            wiki, wiki_vocab = wikipedia_records(args.work_dir, args.xml_mb)
+            rows += pretraining_rows("generated Wikipedia", wiki, wiki_vocab, args)
+    if "squad" in only:
+        rows += squad_rows(vocab, qa_dir, args)
+    if "glue" in only:
+        rows += glue_rows(vocab, corpus, args)
+    headers = [
+        "input",
+        "work: batch",
+        "bin",
+        "real tokens",
+        "worker spread",
+        "seq/s",
+        "vs bin 0",
+        "compile s",
+    ]
+    print(harness.markdown_table(headers, rows))
+    print(
+        f"\n{harness.cpu_name()}, {harness.usable_cores()} cores; bert_tiny, fp32, XLA; medians (min-max) of "
+        f"{args.repeats} interleaved rounds of {args.updates} updates; {time.perf_counter() - started:.0f} s in all."
+    )
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
