@@ -10,6 +10,11 @@
   encoder.layer.0.attention.self.query.weight (kernels [out, in]), optional "bert." prefix,
   pretraining heads as cls.*.
 
+A checkpoint of the trainer's layout carries a record, <prefix>.manifest.json, written after
+every file of it was read back: each file with the size it was written with. `checkpoint_problem`
+says what is wrong with one (a missing or truncated file, a tensor that does not read back), or
+None for an intact one.
+
 Every reader returns {google_name: np.ndarray}; one assignment function checks names and shapes
 against the model and refuses missing, unexpected or mis-shaped weights by name. One table
 (_NAME_TABLE) maps Google names to Hugging Face keys and back.
@@ -17,6 +22,8 @@ against the model and refuses missing, unexpected or mis-shaped weights by name.
 
 from __future__ import annotations
 
+import glob
+import json
 import os
 import re
 import shutil
@@ -53,6 +60,10 @@ _HF_IGNORED = re.compile(
 
 class CheckpointMismatchError(BertError):
     """The checkpoint's weights do not fit the model; the message names every offender."""
+
+
+class CheckpointDamagedError(BertError):
+    """A checkpoint's files are missing, truncated or do not read back; the message names them."""
 
 
 # --- the model's canonical (Google) names --------------------------------------------------
@@ -263,6 +274,10 @@ def read_tf_checkpoint(path: str) -> dict[str, np.ndarray]:
     import tensorflow as tf
 
     prefix = resolve_tf_checkpoint(path)
+    record, problem = _read_record(prefix)
+    problem = problem or (record and _files_problem(os.path.dirname(prefix), record["files"]))
+    if problem:  # the trainer's record says a file is cut or gone: say which, not TF's IndexError
+        raise CheckpointDamagedError(f"{prefix} is damaged ({problem}); use an intact checkpoint.")
     try:
         reader = tf.train.load_checkpoint(prefix)
     except Exception as err:  # TF raises DataLossError/NotFoundError with long C++ text
@@ -277,7 +292,13 @@ def read_tf_checkpoint(path: str) -> dict[str, np.ndarray]:
             or name.startswith(TRAINING_STATE_PREFIX)
         ):
             continue
-        weights[name] = reader.get_tensor(name)
+        try:
+            weights[name] = reader.get_tensor(name)
+        except Exception as err:  # DataLossError (a checksum), IndexError (a truncated file), ...
+            raise CheckpointDamagedError(
+                f"{prefix} is damaged (tensor {name} does not read back: {_first_line(err)}); "
+                "use an intact checkpoint."
+            ) from None
     if weights and all(n.endswith(".ATTRIBUTES/VARIABLE_VALUE") for n in weights):
         raise BertError(
             f"{prefix} is an object-based TF2 checkpoint; this loader reads "
@@ -506,6 +527,7 @@ def save_trainer_checkpoint(
     for name, value in (training_state or {}).items():
         arrays[TRAINING_STATE_PREFIX + name] = np.asarray(value)
     prefix = write_tf_checkpoint(os.path.join(output_dir, f"ckpt-{step}"), arrays)
+    seal_checkpoint(prefix)
     model.config.to_json_file(os.path.join(output_dir, BERT_CONFIG_NAME))
     _copy_vocab(vocab_file, output_dir)
     write_checkpoint_index(output_dir, [prefix])
@@ -518,6 +540,166 @@ def write_checkpoint_index(output_dir: str, prefixes) -> None:
     names = [os.path.basename(p) for p in prefixes]
     lines = [f'model_checkpoint_path: "{names[-1]}"'] + [f'all_model_checkpoint_paths: "{n}"' for n in names]
     write_text(os.path.join(output_dir, "checkpoint"), "\n".join(lines) + "\n")
+
+
+# --- verification ----------------------------------------------------------------------------
+#
+# TensorFlow keeps a crc32c of every tensor in the .index and checks it on every read, so reading
+# each tensor once proves the bytes are the ones written. The record adds what a checksum cannot
+# see on its own (a file that vanished, or was cut where a tensor ends) and is written last: a
+# checkpoint without one was never finished.
+
+RECORD_SUFFIX = ".manifest.json"
+_CHECKED: dict = {}  # prefix -> (the files' stat signature, the problem found): verified once
+
+
+def checkpoint_record_path(prefix: str) -> str:
+    return os.fspath(prefix) + RECORD_SUFFIX
+
+
+def bundle_files(prefix: str) -> list[str]:
+    """The files of TF checkpoint `prefix` on disk: its .index and .data-* shards."""
+    prefix = os.fspath(prefix)
+    shards = glob.glob(glob.escape(prefix) + ".data-[0-9]*-of-[0-9]*")
+    return sorted(shards + ([prefix + ".index"] if os.path.exists(prefix + ".index") else []))
+
+
+def _first_line(error: BaseException) -> str:
+    """TensorFlow's error in a few words: its first line, without the bundle's path (the sentence
+    names the checkpoint already)."""
+    lines = str(error).strip().splitlines()
+    text = re.sub(r"^TensorBundle at \S+ shard \d+ \(\d+ bytes\): ", "", lines[0] if lines else "")
+    text = text or type(error).__name__
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def read_back(prefix: str, label: str | None = None) -> str | None:
+    """None when every tensor of TF checkpoint `prefix` reads back with its checksum, else what
+    is wrong, as a phrase naming `label` (default: the prefix's name): "tensor X of ckpt-8 does not
+    read back (Checksum does not match ...)". One tensor is in memory at a time."""
+    import tensorflow as tf
+
+    label = label or os.path.basename(os.fspath(prefix))
+    try:
+        reader = tf.train.load_checkpoint(os.fspath(prefix))
+        names = sorted(reader.get_variable_to_shape_map())
+    except Exception as err:  # NotFoundError, DataLossError: a missing or unreadable .index
+        return f"{label}.index does not read ({_first_line(err)})"
+    for tensor in names:
+        try:
+            reader.get_tensor(tensor)
+        except Exception as err:  # DataLossError (a checksum), IndexError (a cut file), NotFound
+            return f"tensor {tensor} of {label} does not read back ({_first_line(err)})"
+    return None
+
+
+def seal_checkpoint(prefix: str, extra_bundles=()) -> dict:
+    """Reads back TF checkpoint `prefix` and `extra_bundles` (more checkpoint prefixes under the
+    same folder that belong to it: the trainer's worker states), then writes the record naming
+    every file of them with its size; returns the record. CheckpointDamagedError when one of
+    them does not read back (nothing is recorded then)."""
+    prefix = os.fspath(prefix)
+    folder = os.path.dirname(prefix)
+    bundles = [prefix, *map(os.fspath, extra_bundles)]
+    files = {}
+    for bundle in bundles:
+        problem = read_back(bundle, os.path.relpath(bundle, folder))
+        if problem:
+            raise CheckpointDamagedError(f"{prefix} does not read back after writing: {problem}.")
+        for path in bundle_files(bundle):
+            files[os.path.relpath(path, folder)] = os.path.getsize(path)
+    record = {
+        "checkpoint": os.path.basename(prefix),
+        "bundles": [os.path.relpath(b, folder) for b in bundles],
+        "files": files,
+    }
+    write_json(checkpoint_record_path(prefix), record)
+    _CHECKED[os.path.abspath(prefix)] = (_signature(prefix, files), None)
+    return record
+
+
+def _signature(prefix: str, files) -> tuple:
+    folder = os.path.dirname(os.fspath(prefix))
+    stamps = []
+    for rel in sorted(files) + [os.path.basename(checkpoint_record_path(prefix))]:
+        try:
+            st = os.stat(os.path.join(folder, rel))
+            stamps.append((rel, st.st_size, st.st_mtime_ns, st.st_ino))
+        except OSError:
+            stamps.append((rel, None))
+    return tuple(stamps)
+
+
+def _read_record(prefix: str):
+    """(record, problem): the parsed record of `prefix` (None when it has none), or why it does
+    not parse."""
+    path = checkpoint_record_path(prefix)
+    try:
+        with open(path, encoding="utf-8") as f:
+            record = json.load(f)
+    except FileNotFoundError:
+        return None, None
+    except (OSError, ValueError) as err:
+        return None, f"its record {os.path.basename(path)} is unreadable ({_first_line(err)})"
+    if not (
+        isinstance(record, dict)
+        and isinstance(record.get("files"), dict)
+        and isinstance(record.get("bundles"), list)
+    ):
+        return None, f"its record {os.path.basename(path)} is unreadable (not a checkpoint record)"
+    return record, None
+
+
+def checkpoint_problem(prefix: str) -> str | None:
+    """What is wrong with checkpoint `prefix`, as a phrase for a sentence ("ckpt-30.data-00000-of-
+    00001 is 1024 bytes but 2048 were written"), or None when it is intact: every file its record
+    names has the recorded size and every tensor of it reads back. A checkpoint without a record
+    (Google's, or written before records existed) is intact when its own tensors read back. The
+    answer is kept while none of the files changes, so asking again costs a few stat calls."""
+    prefix = os.fspath(prefix)
+    folder = os.path.dirname(prefix)
+    record, problem = _read_record(prefix)
+    if problem:
+        return problem
+    if record is None:
+        files = {os.path.relpath(p, folder): None for p in bundle_files(prefix)}
+        bundles = [prefix]
+    else:
+        files = record["files"]
+        bundles = [os.path.join(folder, b) for b in record["bundles"]]
+    key, signature = os.path.abspath(prefix), _signature(prefix, files)
+    known = _CHECKED.get(key)
+    if known is not None and known[0] == signature:
+        return known[1]
+    problem = _check(prefix, record, files, bundles)
+    _CHECKED[key] = (signature, problem)
+    return problem
+
+
+def _files_problem(folder: str, files: dict) -> str | None:
+    """The first of `files` ({path relative to folder: size written, or None}) that is missing or
+    not of its size, as a phrase; None when all are in place."""
+    for rel, size in sorted(files.items()):
+        path = os.path.join(folder, rel)
+        if not os.path.isfile(path):
+            return f"{rel} is missing"
+        if size is not None and os.path.getsize(path) != size:
+            return f"{rel} is {os.path.getsize(path)} bytes but {size} were written"
+    return None
+
+
+def _check(prefix: str, record, files: dict, bundles: list) -> str | None:
+    folder = os.path.dirname(prefix)
+    if record is None and not os.path.exists(prefix + ".index"):
+        return f"{os.path.basename(prefix)}.index is missing"
+    problem = _files_problem(folder, files)
+    if problem:
+        return problem
+    for bundle in bundles:
+        problem = read_back(bundle, os.path.relpath(bundle, folder))
+        if problem:
+            return problem
+    return None
 
 
 def save_huggingface(model, output_dir: str, vocab_file: str | None = None) -> str:

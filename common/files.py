@@ -5,7 +5,9 @@ Every write in the project goes through `atomic_write` / `atomic_path`: the data
 POSIX) and the directory entry is fsynced. `commit` is that last step alone, for a file that
 another program wrote under a name of its own choosing; it is the only place that renames. A
 killed process leaves only hidden temporaries that match TEMP_GLOB, which
-`remove_stale_temporaries` clears and every reader ignores.
+`remove_stale_temporaries` clears and every reader ignores; a write that fails (no space, a
+read-only or vanished directory) leaves no temporary either, and `describe_write_error` says why
+in words a sentence can carry.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import glob
 import hashlib
 import json
 import os
+import shutil
 
 from common.errors import UserError
 
@@ -68,7 +71,11 @@ def commit(temporary: str, final: str) -> None:
         old = temporary_name(final) + ".old"
         _remove(old)
         os.replace(final, old)
-        os.replace(temporary, final)
+        try:
+            os.replace(temporary, final)
+        except BaseException:
+            os.replace(old, final)  # the caller removes the temporary: the old one must stay
+            raise
         _remove(old)
     else:
         os.replace(temporary, final)
@@ -76,8 +83,6 @@ def commit(temporary: str, final: str) -> None:
 
 
 def _remove(path: str) -> None:
-    import shutil
-
     if os.path.isdir(path) and not os.path.islink(path):
         shutil.rmtree(path, ignore_errors=True)
     else:
@@ -95,10 +100,10 @@ def atomic_path(path: str, directory: bool = False):
         os.makedirs(temporary)
     try:
         yield temporary
+        commit(temporary, path)
     except BaseException:
         _remove(temporary)
         raise
-    commit(temporary, path)
 
 
 @contextlib.contextmanager
@@ -198,3 +203,66 @@ def ensure_writable_dir(directory: str, what: str = "output directory") -> None:
             f"Cannot write to the {what} {directory!r} ({reason}); choose a writable "
             f"directory or fix its permissions."
         ) from None
+
+
+# The write failures a user can fix, in the words of a sentence. TensorFlow's file errors carry
+# only strerror's text, so the text is matched too.
+_WRITE_FAILURES = {
+    errno.ENOSPC: "no space left on the device",
+    errno.EDQUOT: "the disk quota is exceeded",
+    errno.EROFS: "the file system is read-only",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "operation not permitted",
+    errno.ENOENT: "a file or directory vanished",
+}
+
+
+def write_error_number(error: BaseException) -> int | None:
+    """The errno of a failed write: an OSError's own, or the one whose strerror text a
+    TensorFlow error carries (SaveV2 says "...; No space left on device"); None for neither."""
+    if isinstance(error, OSError) and error.errno:
+        return error.errno
+    text = str(error)
+    for number in _WRITE_FAILURES:
+        if os.strerror(number) in text:
+            return number
+    return None
+
+
+def free_bytes(path: str) -> int | None:
+    """Bytes an unprivileged writer may still use on the file system of `path` (or of its nearest
+    existing parent), or None when the system does not say."""
+    path = os.path.abspath(path)
+    while not os.path.exists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    try:
+        return shutil.disk_usage(path).free
+    except OSError:
+        return None
+
+
+def format_bytes(n: int) -> str:
+    """1234567 -> "1.2 MiB (1234567 bytes)": readable, and exact for whoever compares with df."""
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit} ({n} bytes)"
+    return f"{n} bytes"
+
+
+def describe_write_error(error: BaseException, directory: str, needed_bytes: int | None = None) -> str:
+    """Why a write into `directory` failed, as a phrase: "no space left on the device: about 1.2 MiB
+    (...) are needed and 0.3 MiB (...) are free", "the directory no longer exists", "the file system
+    is read-only", or the error's first line when it is none of those."""
+    number = write_error_number(error)
+    if number in (errno.ENOSPC, errno.EDQUOT):
+        free = free_bytes(directory)
+        amounts = ([f"about {format_bytes(needed_bytes)} are needed"] if needed_bytes else []) + (
+            [f"{format_bytes(free)} are free"] if free is not None else []
+        )
+        return _WRITE_FAILURES[number] + (": " + " and ".join(amounts) if amounts else "")
+    if number == errno.ENOENT and not os.path.isdir(directory):
+        return "the directory no longer exists"
+    if number in _WRITE_FAILURES:
+        return _WRITE_FAILURES[number]
+    lines = str(error).strip().splitlines()
+    return (lines[0] if lines else type(error).__name__).rstrip(".")

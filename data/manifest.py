@@ -8,7 +8,7 @@ only temporaries, which are ignored and cleaned. Each stage output directory hol
         {"sha256": "...", "bytes": 123, "counts": {"documents": 10, ...}}}, "complete": true}
 
 A re-run skips an output whose file still has the recorded size and sha256, and redoes a
-missing or corrupt one; a change of any parameter (including the sha256 of the inputs)
+missing, truncated or corrupt one (never trusting a file for being there under its name); a change of any parameter (including the sha256 of the inputs)
 invalidates every recorded output. Under MPI each rank records into `manifest.<rank>.part.json`
 and rank 0 merges the parts, so no two processes ever write the same file. data/stage.py takes a
 stage's run through these steps in order.
@@ -94,15 +94,26 @@ class Manifest:
     def abspath(self, relpath: str) -> str:
         return os.path.join(self.directory, relpath)
 
-    def verified(self, relpath: str, verify: str = "sha256") -> bool:
-        """True if `relpath` is recorded and its file still has the recorded size (and sha256)."""
+    def problem(self, relpath: str, verify: str = "sha256") -> str | None:
+        """None if `relpath` is recorded and its file still has the recorded size (and sha256),
+        else what is wrong: "not recorded", "missing", "N bytes but M were recorded" (a file cut
+        short by a crash, a full disk or a bad copy), "not the bytes recorded"."""
         entry = self.outputs.get(relpath)
         path = self.abspath(relpath)
-        if not entry or not os.path.isfile(path):
-            return False
-        if os.path.getsize(path) != entry.get("bytes"):
-            return False
-        return verify == "size" or sha256_file(path) == entry.get("sha256")
+        if not entry:
+            return "not recorded"
+        if not os.path.isfile(path):
+            return "missing"
+        size = os.path.getsize(path)
+        if size != entry.get("bytes"):
+            return f"{size} bytes but {entry.get('bytes')} were recorded"
+        if verify != "size" and sha256_file(path) != entry.get("sha256"):
+            return "not the bytes recorded (its sha256 differs)"
+        return None
+
+    def verified(self, relpath: str, verify: str = "sha256") -> bool:
+        """True if `relpath` is recorded and its file still has the recorded size (and sha256)."""
+        return self.problem(relpath, verify) is None
 
     def counts(self, relpath: str) -> dict:
         return dict(self.outputs.get(relpath, {}).get("counts", {}))

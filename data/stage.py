@@ -55,11 +55,17 @@ class Stage:
     def todo(self, relpaths, current=None) -> list[str]:
         """The outputs of `relpaths` to (re)do, in order (step 2): those not recorded, missing, not
         of the recorded size and sha256, or whose recorded counts `current(relpath, counts)`
-        rejects. Their entries are forgotten."""
+        rejects. Their entries are forgotten; a recorded output that no longer verifies (missing,
+        truncated, changed) is named in one sentence on the log."""
         todo = []
         for relpath in relpaths:
             fresh = current is None or current(relpath, self.manifest.counts(relpath))
-            if not (fresh and self.manifest.verified(relpath, self.verify)):
+            problem = self.manifest.problem(relpath, self.verify) if fresh else "stale"
+            if problem is not None:
+                if problem not in ("not recorded", "stale"):  # it was complete once: say what broke
+                    self.log(
+                        f"[{self.manifest.stage}] {self.manifest.abspath(relpath)} is {problem}: redoing it."
+                    )
                 self.manifest.forget(relpath)
                 todo.append(relpath)
         return todo

@@ -1,11 +1,12 @@
 """training/checkpointing.py: which checkpoint is the latest (none, partial, complete), what a
-saved checkpoint says about its run, keep=N rotation, leftovers of an interrupted save, the
-config and vocab beside the checkpoints.
+saved checkpoint says about its run, keep=N rotation, leftovers of an interrupted save, damaged
+checkpoints found and set aside, saves that fail, the config and vocab beside the checkpoints.
 
 The smallest objects the Checkpointer takes: a one-layer BertEncoder of hidden size 4 (its names
 are Google's), a Keras Adam built on its weights and a disabled loss scale; no training."""
 
 import dataclasses
+import errno
 import json
 import os
 from types import SimpleNamespace
@@ -18,9 +19,10 @@ import tensorflow as tf
 from bert.checkpoints import write_tf_checkpoint
 from bert.config import BertConfig
 from bert.encoder import BertEncoder
-from common.errors import UserError
+from common.errors import StorageError, UserError
 from optimization.loss_scale import DynamicLossScale
 from training.checkpointing import (
+    DAMAGED_DIR,
     Checkpointer,
     RunState,
     checkpoint_step,
@@ -73,7 +75,8 @@ class Workers:
 
     rank: int = 0
     size: int = 1
-    barriers: int = 0
+    barriers: int = 0  # collectives every worker meets at: Distributed.barrier and .any
+    flags: list = dataclasses.field(default_factory=list)  # what each .any was asked
 
     @property
     def is_chief(self):
@@ -81,6 +84,11 @@ class Workers:
 
     def barrier(self):
         self.barriers += 1
+
+    def any(self, flag):
+        self.barriers += 1
+        self.flags.append(bool(flag))
+        return bool(flag)
 
 
 def index_lines(directory) -> list:
@@ -121,8 +129,15 @@ def test_a_checkpoint_the_index_does_not_name_or_whose_files_are_gone_is_not_the
     google_checkpoint(str(tmp_path / "ckpt-4"))
     os.remove(tmp_path / "ckpt-4.index")
     assert latest_checkpoint(str(tmp_path)) == str(tmp_path / "ckpt-2")
+    # The index names only ckpt-4, which is damaged: no checkpoint to continue from is an error,
+    # never a silent fresh start over the damaged one.
     (tmp_path / "checkpoint").write_text('model_checkpoint_path: "ckpt-4"\n')
-    assert latest_checkpoint(str(tmp_path)) is None
+    with pytest.raises(UserError) as error:
+        latest_checkpoint(str(tmp_path))
+    assert str(error.value) == (
+        f"No checkpoint in {tmp_path} is intact (ckpt-4: ckpt-4.index is missing): restore their "
+        "files, or move them away to start afresh, and re-run."
+    )
 
 
 def test_the_latest_of_complete_checkpoints_is_the_newest_the_index_names(tmp_path, step):
@@ -138,11 +153,32 @@ def test_the_latest_of_complete_checkpoints_is_the_newest_the_index_names(tmp_pa
         'all_model_checkpoint_paths: "ckpt-1"',
         'all_model_checkpoint_paths: "ckpt-3"',
     ]
-    # An index with absolute paths (another tool's) names the same checkpoints.
+    # The records, not the index, say which checkpoints are finished: an index that lost an entry
+    # (or another tool's, with absolute paths) loses no checkpoint.
     (tmp_path / "checkpoint").write_text(
         f'model_checkpoint_path: "{tmp_path}/ckpt-1"\nall_model_checkpoint_paths: "{tmp_path}/ckpt-1"\n'
     )
-    assert latest_checkpoint(str(tmp_path)) == str(tmp_path / "ckpt-1")
+    assert committed_checkpoints(str(tmp_path)) == [str(tmp_path / "ckpt-1"), str(tmp_path / "ckpt-3")]
+    # In a directory without records (Google's tools, older versions) the index decides.
+    google_checkpoint(str(tmp_path / "legacy" / "ckpt-1"))
+    google_checkpoint(str(tmp_path / "legacy" / "ckpt-3"))
+    (tmp_path / "legacy" / "checkpoint").write_text(
+        f'model_checkpoint_path: "{tmp_path}/legacy/ckpt-1"\nall_model_checkpoint_paths: "{tmp_path}/legacy/ckpt-1"\n'
+    )
+    assert latest_checkpoint(str(tmp_path / "legacy")) == str(tmp_path / "legacy" / "ckpt-1")
+    # The index as TensorFlow's own CheckpointManager writes it (timestamps included) reads alike.
+    tf.compat.v1.train.update_checkpoint_state(
+        str(tmp_path / "legacy"),
+        "ckpt-3",
+        all_model_checkpoint_paths=["ckpt-1", "ckpt-3"],
+        all_model_checkpoint_timestamps=[1.7e9, 1.8e9],
+        last_preserved_timestamp=1.6e9,
+    )
+    assert "timestamp" in (tmp_path / "legacy" / "checkpoint").read_text()
+    assert committed_checkpoints(str(tmp_path / "legacy")) == [
+        str(tmp_path / "legacy" / "ckpt-1"),
+        str(tmp_path / "legacy" / "ckpt-3"),
+    ]
 
 
 def test_the_step_is_read_from_the_checkpoints_name():
@@ -161,12 +197,14 @@ def test_read_run_state_gives_back_what_the_checkpointer_saved(tmp_path, step):
     position = Position(40, batch_size=2, workers=3)
     list(position.counted(range(2)))  # two micro-batches of 2 on each of 3 workers: 40 + 12
     update = Update(2, 4, 1e-3, 3, "lamb", learning_rate_workers=1)  # global batch 2 x 4 x 3
+    for rank in (1, 2):  # the other workers write their states (rank 0 waits for them)
+        Checkpointer(str(tmp_path), step, distributed=Workers(rank=rank, size=3)).save(5)
     checkpointer = Checkpointer(str(tmp_path), step, position, update=update, distributed=workers)
     prefix = checkpointer.save(5)
     assert prefix == str(tmp_path / "ckpt-5")
     assert read_run_state(prefix) == RunState(prefix, 5, 3, 24, 1, 52)
     assert workers.barriers == 2  # the states are on disk before the commit; the commit before any goes on
-    assert os.listdir(tmp_path / "worker_state") == ["ckpt-5-rank-0-of-3"]
+    assert sorted(os.listdir(tmp_path / "worker_state")) == [f"ckpt-5-rank-{r}-of-3" for r in range(3)]
     # The arrays themselves, read by TensorFlow: Google's names, NVIDIA's slot names, the step.
     reader = tf.train.load_checkpoint(prefix)
     assert int(reader.get_tensor("global_step")) == 5
@@ -225,8 +263,10 @@ def test_keep_n_leaves_the_newest_n_checkpoints_and_their_worker_states(tmp_path
         "checkpoint",
         "ckpt-3.data-00000-of-00001",
         "ckpt-3.index",
+        "ckpt-3.manifest.json",
         "ckpt-4.data-00000-of-00001",
         "ckpt-4.index",
+        "ckpt-4.manifest.json",
         "worker_state",
     ]
     assert sorted(os.listdir(tmp_path / "worker_state")) == ["ckpt-3-rank-0-of-1", "ckpt-4-rank-0-of-1"]
@@ -284,6 +324,260 @@ def test_only_rank_0_removes_leftovers_and_a_new_directory_is_fine(tmp_path, ste
     Checkpointer(str(tmp_path), step).remove_leftovers()
     assert not [n for n in os.listdir(tmp_path) if n.startswith(("ckpt-", ".ckpt-", ".checkpoint"))]
     assert os.listdir(tmp_path / "worker_state") == []
+
+
+# ---- verification ----------------------------------------------------------------------------
+
+
+def test_a_save_writes_its_record_after_its_files_and_the_index_after_the_record(tmp_path, step, monkeypatch):
+    checkpointer = Checkpointer(str(tmp_path), step, keep=1)
+    checkpointer.save(1)
+    done = []
+    replace, remove = os.replace, os.remove
+    monkeypatch.setattr(
+        os, "replace", lambda a, b: done.append(("wrote", os.path.basename(b))) or replace(a, b)
+    )
+    monkeypatch.setattr(os, "remove", lambda p: done.append(("deleted", os.path.basename(p))) or remove(p))
+    checkpointer.save(2)
+    wrote = [name for what, name in done if what == "wrote"]
+    assert wrote == [
+        "ckpt-2-rank-0-of-1",
+        "ckpt-2.data-00000-of-00001",
+        "ckpt-2.index",
+        "ckpt-2.manifest.json",
+        "checkpoint",
+    ]
+    # Checkpoint 1 goes only once 2 is recorded and named; its record goes first.
+    deleted = [name for what, name in done if what == "deleted" and name.startswith("ckpt-1")]
+    assert deleted == ["ckpt-1.manifest.json", "ckpt-1.data-00000-of-00001", "ckpt-1.index"]
+    assert done.index(("deleted", "ckpt-1.manifest.json")) > done.index(("wrote", "checkpoint"))
+    with open(tmp_path / "ckpt-2.manifest.json") as f:
+        record = json.load(f)
+    assert record["bundles"] == ["ckpt-2", "worker_state/ckpt-2-rank-0-of-1/state"]
+    assert record["files"]["ckpt-2.index"] == os.path.getsize(tmp_path / "ckpt-2.index")
+    assert sorted(record["files"]) == [
+        "ckpt-2.data-00000-of-00001",
+        "ckpt-2.index",
+        "worker_state/ckpt-2-rank-0-of-1/state.data-00000-of-00001",
+        "worker_state/ckpt-2-rank-0-of-1/state.index",
+    ]
+
+
+def _damage(directory, how):
+    """Damages ckpt-2 of `directory` as `how` says; returns the phrase checkpoint_problem gives."""
+    data, index = directory / "ckpt-2.data-00000-of-00001", directory / "ckpt-2.index"
+    if how == "truncated data":
+        size = os.path.getsize(data)
+        os.truncate(data, size - 8)
+        return f"ckpt-2.data-00000-of-00001 is {size - 8} bytes but {size} were written"
+    if how == "longer index":
+        size = os.path.getsize(index)
+        with open(index, "ab") as f:
+            f.write(b"xx")
+        return f"ckpt-2.index is {size + 2} bytes but {size} were written"
+    if how == "missing data":
+        os.remove(data)
+        return "ckpt-2.data-00000-of-00001 is missing"
+    if how == "flipped byte":
+        content = bytearray(data.read_bytes())
+        content[len(content) // 2] ^= 0xFF
+        data.write_bytes(bytes(content))
+        return "does not read back"
+    if how == "missing worker state":
+        os.remove(directory / "worker_state" / "ckpt-2-rank-0-of-1" / "state.index")
+        return "worker_state/ckpt-2-rank-0-of-1/state.index is missing"
+    if how == "unreadable record":
+        (directory / "ckpt-2.manifest.json").write_text('{"files": ')
+        return "its record ckpt-2.manifest.json is unreadable ("
+    raise ValueError(how)
+
+
+@pytest.mark.parametrize(
+    "how",
+    [
+        "truncated data",
+        "longer index",
+        "missing data",
+        "flipped byte",
+        "missing worker state",
+        "unreadable record",
+    ],
+)
+def test_a_damaged_newest_checkpoint_is_passed_over_then_set_aside_with_one_sentence(tmp_path, step, how):
+    from bert.checkpoints import checkpoint_problem
+
+    said = []
+    checkpointer = Checkpointer(str(tmp_path), step, log=said.append)
+    checkpointer.save(1)
+    checkpointer.save(2)
+    assert checkpoint_problem(str(tmp_path / "ckpt-2")) is None
+    what = _damage(tmp_path, how)
+    assert what in checkpoint_problem(str(tmp_path / "ckpt-2"))
+    # Every worker passes it over alike, moving nothing; rank 0 then sets it aside and says so.
+    assert latest_checkpoint(str(tmp_path)) == str(tmp_path / "ckpt-1")
+    Checkpointer(str(tmp_path), step, distributed=Workers(rank=1, size=2)).remove_leftovers()
+    assert (tmp_path / "ckpt-2.manifest.json").exists() and said == []
+    checkpointer.remove_leftovers()
+    (sentence,) = said
+    assert sentence.startswith(f"Checkpoint {tmp_path}/ckpt-2 is damaged (") and what in sentence
+    assert sentence.endswith(
+        f"): set aside as {tmp_path}/{DAMAGED_DIR}/ckpt-2; continuing from {tmp_path}/ckpt-1, the "
+        "newest intact checkpoint."
+    )
+    aside = tmp_path / DAMAGED_DIR / "ckpt-2"
+    assert "ckpt-2.manifest.json" in os.listdir(aside) and os.listdir(aside / "worker_state") == [
+        "ckpt-2-rank-0-of-1"
+    ]
+    assert not [n for n in os.listdir(tmp_path) if n.startswith("ckpt-2")]
+    assert index_lines(tmp_path) == [
+        'model_checkpoint_path: "ckpt-1"',
+        'all_model_checkpoint_paths: "ckpt-1"',
+    ]
+    # The same step saved again (the resumed run gets there) and damaged again: set aside beside it.
+    checkpointer.save(2)
+    _damage(tmp_path, how)
+    checkpointer.remove_leftovers()
+    assert sorted(os.listdir(tmp_path / DAMAGED_DIR)) == ["ckpt-2", "ckpt-2.2"]
+
+
+def test_no_intact_checkpoint_is_one_sentence_and_nothing_is_moved(tmp_path, step):
+    checkpointer = Checkpointer(str(tmp_path), step)
+    checkpointer.save(1)
+    checkpointer.save(2)
+    _damage(tmp_path, "missing data")
+    os.remove(tmp_path / "ckpt-1.index")
+    expected = (
+        f"No checkpoint in {tmp_path} is intact (ckpt-2: ckpt-2.data-00000-of-00001 is missing; ckpt-1: "
+        "ckpt-1.index is missing): restore their files, or move them away to start afresh, and re-run."
+    )
+    for call in (lambda: latest_checkpoint(str(tmp_path)), checkpointer.remove_leftovers):
+        with pytest.raises(UserError) as error:
+            call()
+        assert str(error.value) == expected
+    assert not (tmp_path / DAMAGED_DIR).exists() and (tmp_path / "ckpt-2.manifest.json").exists()
+    assert checkpointer.latest() is None  # what the sentences naming the last good one ask: no error
+
+
+def test_an_unreadable_index_is_rewritten_from_the_records(tmp_path, step):
+    said = []
+    checkpointer = Checkpointer(str(tmp_path), step, log=said.append)
+    checkpointer.save(1)
+    checkpointer.save(2)
+    (tmp_path / "checkpoint").write_bytes(b"\xff\xfe garbage \x00")
+    assert latest_checkpoint(str(tmp_path)) == str(tmp_path / "ckpt-2")
+    checkpointer.remove_leftovers()
+    assert said == [
+        f"The checkpoint index {tmp_path}/checkpoint could not be read: rewritten from the checkpoints' "
+        f"records (the newest intact is {tmp_path}/ckpt-2)."
+    ]
+    assert tf.train.latest_checkpoint(str(tmp_path)) == str(tmp_path / "ckpt-2")
+    assert committed_checkpoints(str(tmp_path)) == [str(tmp_path / "ckpt-1"), str(tmp_path / "ckpt-2")]
+    # A save killed after its record, before the index named it: the record makes it the latest.
+    checkpointer.save(3)
+    (tmp_path / "checkpoint").write_text('model_checkpoint_path: "ckpt-2"\n')
+    assert latest_checkpoint(str(tmp_path)) == str(tmp_path / "ckpt-3")
+    said.clear()
+    checkpointer.remove_leftovers()
+    assert said == [] and tf.train.latest_checkpoint(str(tmp_path)) == str(tmp_path / "ckpt-3")
+
+
+# ---- saves that fail -------------------------------------------------------------------------
+
+
+def test_keep_never_deletes_the_last_intact_checkpoint_for_one_that_does_not_read_back(
+    tmp_path, step, monkeypatch
+):
+    import training.checkpointing as checkpointing
+    from bert.checkpoints import CheckpointDamagedError
+
+    checkpointer = Checkpointer(str(tmp_path), step, keep=1)
+    checkpointer.save(1)
+
+    def fails(prefix, bundles):
+        raise CheckpointDamagedError(
+            f"{prefix} does not read back after writing: tensor x of ckpt-2 is wrong."
+        )
+
+    monkeypatch.setattr(checkpointing, "seal_checkpoint", fails)
+    with pytest.raises(StorageError) as error:
+        checkpointer.save(2)
+    assert str(error.value) == (
+        f"Could not write checkpoint 2 in {tmp_path} ({tmp_path}/ckpt-2 does not read back after writing: "
+        f"tensor x of ckpt-2 is wrong); the last intact checkpoint is {tmp_path}/ckpt-1: fix the directory, "
+        "then re-run the same command to continue from there."
+    )
+    assert latest_checkpoint(str(tmp_path)) == str(tmp_path / "ckpt-1")  # kept, with keep=1
+    assert not [n for n in os.listdir(tmp_path) if n.startswith(("ckpt-2", ".ckpt-2"))]
+    assert os.listdir(tmp_path / "worker_state") == ["ckpt-1-rank-0-of-1"]
+
+
+@pytest.mark.parametrize(
+    "error, reason, fix",
+    [
+        (
+            PermissionError(errno.EACCES, "Permission denied"),
+            "permission denied",
+            "make the directory writable",
+        ),
+        (
+            tf.errors.ResourceExhaustedError(
+                None, None, "x/.ckpt-2.tmp-1/ckpt.data-00000-of-00001; No space left on device"
+            ),
+            "no space left on the device: about ",
+            "free space there",
+        ),
+    ],
+)
+def test_a_failed_write_is_one_sentence_and_leaves_nothing(tmp_path, step, monkeypatch, error, reason, fix):
+    import training.checkpointing as checkpointing
+
+    checkpointer = Checkpointer(str(tmp_path), step)
+    checkpointer.save(1)
+    write = checkpointing.write_tf_checkpoint
+
+    def fails(prefix, arrays):
+        write(prefix, arrays)  # its files are in place, then the failure: they are removed again
+        raise error
+
+    monkeypatch.setattr(checkpointing, "write_tf_checkpoint", fails)
+    with pytest.raises(StorageError) as failure:
+        checkpointer.save(2)
+    sentence = str(failure.value)
+    assert sentence.startswith(f"Could not write checkpoint 2 in {tmp_path} ({reason}")
+    assert sentence.endswith(
+        f"; the last intact checkpoint is {tmp_path}/ckpt-1: {fix}, then re-run the same command to "
+        "continue from there."
+    )
+    assert sorted(n for n in os.listdir(tmp_path) if "ckpt-2" in n) == []
+    assert os.listdir(tmp_path / "worker_state") == ["ckpt-1-rank-0-of-1"]
+
+
+def test_a_failure_on_another_worker_fails_this_one_too_and_a_vanished_directory_stays_gone(tmp_path, step):
+    class OtherFailed(Workers):
+        def any(self, flag):
+            return True  # another worker could not write its state
+
+    checkpointer = Checkpointer(str(tmp_path), step, distributed=OtherFailed(rank=0, size=2))
+    with pytest.raises(
+        StorageError, match=r"another worker could not write its part; its own sentence says why"
+    ):
+        checkpointer.save(1)
+    assert not [n for n in os.listdir(tmp_path) if n.startswith("ckpt-1")]
+    assert os.listdir(tmp_path / "worker_state") == []
+
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    checkpointer = Checkpointer(str(gone), step)
+    checkpointer.save(1)
+    os.rename(gone, tmp_path / "elsewhere")
+    with pytest.raises(StorageError) as error:
+        checkpointer.save(2)
+    assert str(error.value) == (
+        f"Could not write checkpoint 2 in {gone} (the directory no longer exists); the last intact "
+        f"checkpoint was {gone}/ckpt-1: bring the directory back, then re-run the same command to "
+        "continue from there."
+    )
+    assert not gone.exists()
 
 
 # ---- the files beside the checkpoints --------------------------------------------------------

@@ -297,6 +297,33 @@ def test_trainer_checkpoint_keeps_training_state_apart(tiny_config, tmp_path):
     assert set(checkpoints.read_tf_checkpoint(str(tmp_path))) == set(model_variables(model))
 
 
+def test_a_damaged_checkpoint_to_start_from_is_one_sentence_naming_what_is_wrong(tiny_config, tmp_path):
+    model = BertPretrainer(tiny_config)
+    prefix = checkpoints.save_trainer_checkpoint(model, str(tmp_path / "trainer"), step=3)
+    assert checkpoints.checkpoint_problem(prefix) is None
+    data = prefix + ".data-00000-of-00001"
+    size = os.path.getsize(data)
+    os.truncate(data, size // 2)
+    with pytest.raises(checkpoints.CheckpointDamagedError) as error:  # a UserError: one sentence, exit 2
+        load_weights(BertPretrainer(tiny_config), str(tmp_path / "trainer"))
+    assert str(error.value) == (
+        f"{prefix} is damaged (ckpt-3.data-00000-of-00001 is {size // 2} bytes but {size} were written); "
+        "use an intact checkpoint."
+    )
+    # Google's layout has no record: TensorFlow's per-tensor checksum finds a changed byte.
+    google = checkpoints.save_google(model, str(tmp_path / "google"))
+    with open(google + ".data-00000-of-00001", "r+b") as f:
+        f.seek(os.path.getsize(google + ".data-00000-of-00001") // 2)
+        byte = f.read(1)
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    with pytest.raises(
+        UserError, match=r"bert_model.ckpt is damaged \(tensor \S+ does not read back: .*Checksum"
+    ):
+        load_weights(BertPretrainer(tiny_config), google)
+    assert "does not read back" in checkpoints.checkpoint_problem(google)
+
+
 def test_save_huggingface_keeps_the_classifier_head_and_load_for_fine_tuning_reads_it(tmp_path, tiny_config):
     import keras
     from safetensors.numpy import load_file, save_file

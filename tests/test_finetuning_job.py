@@ -128,8 +128,10 @@ def test_two_horovod_workers_equal_one_worker_with_the_doubled_batch(model_files
     assert sorted(n for n in names if n.startswith("ckpt-")) == [
         "ckpt-2.data-00000-of-00001",
         "ckpt-2.index",
+        "ckpt-2.manifest.json",
         "ckpt-3.data-00000-of-00001",
         "ckpt-3.index",
+        "ckpt-3.manifest.json",
     ]
     assert not [n for n in names if TEMP_MARK in n]
     assert sorted(os.listdir(two / "worker_state")) == [

@@ -141,3 +141,67 @@ def test_todo_asks_the_stage_whether_a_verified_output_is_current(tmp_path):
     # The stale entry is forgotten, so a save made before it is redone no longer names it.
     assert sorted(stage.manifest.outputs) == ["sub/b.txt"]
     assert Stage(str(tmp_path), "toy", toy.params).todo(OUTPUTS) == []
+
+
+def test_a_truncated_shard_or_record_file_is_found_by_a_rerun_and_redone(tmp_path, capsys):
+    """The real stages: a shard and a TFRecord file cut in half (a crash during a copy, a full
+    disk, a bad sync) still carry their final names; a re-run finds them by their size, says so,
+    and writes them again byte for byte, leaving the others untouched."""
+    from data.corpus.sharding import shard_corpus
+    from data.pretraining.stage import create_tfrecord_files
+
+    lines = [
+        " ".join(f"Document {i} sentence {j} talks about topic {(i * 7 + j) % 11}." for j in range(2 + i % 5))
+        for i in range(24)
+    ]
+    corpus = tmp_path / "formatted.txt"
+    corpus.write_text("\n".join(lines) + "\n")
+    vocab = tmp_path / "vocab.txt"
+    words = sorted({w.lower().strip(".") for line in lines for w in line.split()} | {"."})
+    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]) + "\n")
+    shards, records = tmp_path / "sharded", tmp_path / "records"
+    said = []
+
+    def run():
+        shard_corpus(
+            [str(corpus)],
+            str(shards),
+            "ds",
+            n_training_shards=2,
+            n_test_shards=1,
+            fraction_test=0.25,
+            log=said.append,
+        )
+        return create_tfrecord_files(
+            str(shards),
+            str(records),
+            vocab_file=str(vocab),
+            max_seq_length=32,
+            max_predictions_per_seq=5,
+            dupe_factor=1,
+            log=said.append,
+        )
+
+    run()
+    outputs = {p: p.read_bytes() for p in [*shards.rglob("*.txt"), *records.rglob("*.tfrecord")]}
+    shard, record = shards / "training" / "ds_training_1.txt", records / "training" / "ds_training_0.tfrecord"
+    stamps = {p: p.stat().st_mtime_ns for p in outputs if p not in (shard, record)}
+    for path in (shard, record):
+        os.truncate(path, path.stat().st_size // 2)
+    said.clear()
+    capsys.readouterr()
+    stats = run()
+    redone = (
+        f"{shard} is {len(outputs[shard]) // 2} bytes but {len(outputs[shard])} were recorded: redoing it."
+    )
+    assert f"[sharding] {redone}" in said
+    cut = (
+        f"{record} is {len(outputs[record]) // 2} bytes but {len(outputs[record])} were recorded: redoing it."
+    )
+    assert f"[create_tfrecord_files] {cut}" in capsys.readouterr().err  # that stage logs to stderr
+    # The cut record file is written again; the redone shard came out byte for byte, so its record
+    # file (made from the same input) still verifies and is kept.
+    assert (stats["done"], stats["skipped"]) == (1, 2)
+    assert all(p.read_bytes() == content for p, content in outputs.items())
+    assert all(p.stat().st_mtime_ns == stamp for p, stamp in stamps.items())
+    assert _temporaries(tmp_path) == []

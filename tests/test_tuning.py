@@ -263,6 +263,36 @@ def test_trials_failing_in_a_row_stop_the_worker_with_the_cause(mrpc_files, tmp_
     assert [t.state.name for t in _study(str(out)).trials] == ["FAIL"] * search.MAX_FAILURES_IN_A_ROW
 
 
+def test_a_trial_that_cannot_save_stops_the_worker_at_once_and_is_queued_to_continue(
+    mrpc_files, tmp_path, capsys, monkeypatch
+):
+    # The trial's fine-tuning run is stood in for by a process that fails as a full disk makes
+    # run_classifier.py fail: its one sentence, exit status 2.
+    failed = (
+        "Could not write checkpoint 4 in {d} (no space left on the device: about "
+        "1.0 MiB (1048576 bytes) are needed and 4.0 KiB (4096 bytes) are free); the last intact checkpoint "
+        "is {d}/ckpt-2: free space there, then re-run the same command to continue from there."
+    )
+
+    def trial_command(s, params, trial_dir):
+        sentence = failed.format(d=trial_dir)
+        line = "run_classifier: error: " + sentence
+        return [sys.executable, "-c", f"import sys; print({line!r}, file=sys.stderr); sys.exit(2)"]
+
+    monkeypatch.setattr(search, "trial_command", trial_command)
+    out = tmp_path / "study"
+    err = _error(_mrpc(mrpc_files, out, n_trials=5, use_xla="false"), capsys)
+    trial_dir = out / "trial_000"
+    assert err == (
+        f"run_tune: error: Trial 0 could not save and is queued again to continue in {trial_dir}: "
+        + failed.format(d=trial_dir)
+    )
+    trials = _study(str(out)).trials
+    assert [t.state.name for t in trials] == ["FAIL", "WAITING"]  # one trial run, not three
+    assert trials[1].user_attrs["resume_dir"] == str(trial_dir)
+    assert trials[1].system_attrs["fixed_params"] == trials[0].params  # the same draw, continued
+
+
 def test_a_study_run_with_another_metric_is_refused(mrpc_files, tmp_path, capsys):
     out = tmp_path / "study"
     settings = search.TuneSettings(

@@ -78,8 +78,6 @@ def best_complete(study):
 
 def best_trial(study, metric: str) -> dict | None:
     """The best complete trial: number, metric, parameters, output directory, checkpoint."""
-    from training.checkpointing import latest_checkpoint
-
     best = best_complete(study)
     if best is None:
         return None
@@ -92,8 +90,22 @@ def best_trial(study, metric: str) -> dict | None:
         "params": {k: params[k] for k in PARAMETERS if k in params},
         "output_dir": output_dir,
         "host": best.user_attrs.get("host"),
-        "checkpoint": latest_checkpoint(output_dir) if output_dir and os.path.isdir(output_dir) else None,
+        "checkpoint": _intact_checkpoint(output_dir),
     }
+
+
+def _intact_checkpoint(output_dir: str | None) -> str | None:
+    """The newest intact checkpoint of a trial's directory; None when it has none (or none intact:
+    the report still comes out)."""
+    from common.errors import UserError
+    from training.checkpointing import latest_checkpoint
+
+    if not output_dir or not os.path.isdir(output_dir):
+        return None
+    try:
+        return latest_checkpoint(output_dir)
+    except UserError:
+        return None
 
 
 LEGEND = {"pruned": "pruned (its value when cut)"}

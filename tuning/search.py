@@ -17,6 +17,9 @@ continues the study; a storage lost mid-study stops the worker with one sentence
 database committed (every finished trial) stays there. A preemption notice to the worker (SIGTERM,
 SIGUSR1, <output_dir>/STOP) passes to its running trial, which stops with a checkpoint; the trial
 is queued again to continue in its own directory, and the worker exits 75 (a re-run continues).
+A trial that cannot write its checkpoint (a full disk, a read-only directory) is queued again the
+same way, and the worker stops at once with the trial's sentence and exit status 2: every other
+trial would fail alike until the directory is fixed.
 `serve_dashboard` serves optuna-dashboard on the same storage.
 
     <output_dir>/study.db                  the default storage
@@ -41,7 +44,7 @@ import subprocess
 import sys
 import time
 
-from common.errors import PREEMPTED_EXIT_STATUS, Preempted, UserError
+from common.errors import PREEMPTED_EXIT_STATUS, Preempted, StorageError, UserError
 from common.files import ensure_writable_dir, read_json
 from training.preemption import StopRequests, request_stop
 from tuning.report import best_complete, report
@@ -381,6 +384,20 @@ def _tail(path: str, lines: int = 5) -> str:
     return " | ".join(kept)
 
 
+_FAILED_SAVE = re.compile(r"error: (Could not write checkpoint .*)$")
+
+
+def _failed_save(console: str) -> str | None:
+    """The sentence of a trial that stopped because its checkpoint could not be written
+    (common.errors.StorageError), from its console; None for any other failure."""
+    try:
+        with open(console, encoding="utf-8", errors="replace") as f:
+            found = [m.group(1) for m in map(_FAILED_SAVE.search, f.read().splitlines()) if m]
+    except OSError:
+        return None
+    return found[-1] if found else None
+
+
 def _final_value(trial_dir: str, metric: str) -> float:
     from training.loop import EVAL_RESULTS_NAME
 
@@ -492,6 +509,16 @@ class Objective:
         if child.returncode != 0:
             error = f"fine-tuning exited with status {child.returncode}: {_tail(console)}"
             trial.set_user_attr("error", error[-2000:])
+            failed_save = _failed_save(console)
+            if failed_save:
+                # A full disk or a read-only directory fails every trial alike: the worker stops
+                # now rather than after MAX_FAILURES_IN_A_ROW trials, and this trial continues from
+                # its last intact checkpoint once the directory is fixed, as a preempted one does.
+                trial.study.enqueue_trial(params, user_attrs={"resume_dir": trial_dir})
+                raise StorageError(
+                    f"Trial {trial.number} could not save and is queued again to continue in {trial_dir}: "
+                    f"{failed_save}"
+                )
             raise TrialFailed(error)
         value = _final_value(trial_dir, self.metric)
         if last_step and last_step not in reported:
