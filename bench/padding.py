@@ -228,49 +228,43 @@ def worker_spread(
     return float(np.mean(ratios))
 
 
-def pretraining_rows(name: str, files: dict, vocab: str, args) -> list:
+def pretraining_rows(name: str, files: list, vocab: str, phase: int, recipe: str, args) -> list:
+    """The rows of one record set, phase and global batch (RECIPES), one per bin."""
     from bert.pretraining import BertPretrainer
     from training.input_pipeline import training_dataset
     from training.pretraining_objective import PretrainingObjective
 
+    seq, predictions = PHASES[phase]
+    batch, k = RECIPES[recipe][phase]
+    model = build_model(lambda c, d: BertPretrainer(c, dtype=d), vocab_size(vocab), seq)
+    harness.log(f"pretraining {name} phase {phase}, {recipe} ({batch} x {k})")
+    steps = steps_for(model, PretrainingObjective(), k, args.bins)
+    streams = {
+        b: (
+            steps[b],
+            Counting(
+                iter(training_dataset(files, batch, seq, predictions, accumulation=k, bin_size=b, seed=12345))
+            ),
+        )
+        for b in args.bins
+    }
+    results = compare(streams, batch * k * args.updates, args.repeats, args.updates, args.warmup)
+    base = statistics.median(results[0]["rate"])
     rows = []
-    for phase, (seq, predictions) in PHASES.items():
-        model = build_model(lambda c, d: BertPretrainer(c, dtype=d), vocab_size(vocab), seq)
-        for recipe, batches in RECIPES.items():
-            if recipe not in args.recipes:
-                continue
-            batch, k = batches[phase]
-            harness.log(f"pretraining {name} phase {phase}, {recipe} ({batch} x {k})")
-            steps = steps_for(model, PretrainingObjective(), k, args.bins)
-            streams = {
-                b: (
-                    steps[b],
-                    Counting(
-                        iter(
-                            training_dataset(
-                                files[phase], batch, seq, predictions, accumulation=k, bin_size=b, seed=12345
-                            )
-                        )
-                    ),
-                )
-                for b in args.bins
-            }
-            results = compare(streams, batch * k * args.updates, args.repeats, args.updates, args.warmup)
-            base = statistics.median(results[0]["rate"]) if 0 in results else None
-            for b in args.bins:
-                rate = statistics.median(results[b]["rate"])
-                rows.append(
-                    [
-                        f"{name} phase {phase} (seq {seq})",
-                        f"{recipe}: {batch} x {k}",
-                        str(b),
-                        f"{results[b]['real']:.1%}",
-                        f"{worker_spread(files[phase], seq, batch, k, b):.2f}",
-                        harness.median_range(results[b]["rate"], "{:.1f}"),
-                        f"{rate / base:.2f}x" if base else "",
-                        f"{results[b]['compile']:.0f}",
-                    ]
-                )
+    for b in args.bins:
+        rate = statistics.median(results[b]["rate"])
+        rows.append(
+            [
+                f"{name} phase {phase} (seq {seq})",
+                f"{recipe}: {batch} x {k}",
+                str(b),
+                f"{results[b]['real']:.1%}",
+                f"{worker_spread(files, seq, batch, k, b):.2f}",
+                harness.median_range(results[b]["rate"], "{:.1f}"),
+                f"{rate / base:.2f}x",
+                f"{results[b]['compile']:.0f}",
+            ]
+        )
     return rows
 
 
@@ -424,6 +418,7 @@ def parse_args(argv=None):
     p.add_argument("--vocab", help="with --corpus: GLUE's rows from these, without the quickstart's data")
     p.add_argument("--corpus", help="sentences for GLUE's SST-2-like rows (default: the quickstart corpus)")
     p.add_argument("--glue_rows", type=int, default=872, help="SST-2-like sentences (SST-2's dev size)")
+    p.add_argument("--timeout_s", type=float, default=3600, help="per group of rows")
     args = p.parse_args(argv)
     args.bins = [int(b) for b in args.bins.split(",")]
     args.recipes = args.recipes.split(",")
@@ -432,28 +427,83 @@ def parse_args(argv=None):
     return args
 
 
-def main(argv=None) -> None:
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    args = parse_args(argv)
-    only = set(args.only or ("pretraining", "squad", "glue"))
-    started = time.perf_counter()
+def measure(spec: dict) -> None:
+    """One group's rows, in a child process of its own (bench/harness.py's serve)."""
+    args = argparse.Namespace(**spec["args"])
+    group = spec["group"]
+    if group == "pretraining":
+        rows = pretraining_rows(
+            spec["name"], spec["files"], spec["vocab"], spec["phase"], spec["recipe"], args
+        )
+    elif group == "squad":
+        rows = squad_rows(spec["vocab"], spec["qa_dir"], args)
+    else:
+        rows = glue_rows(spec["vocab"], spec["corpus"], args)
+    harness.emit({"event": "rows", "rows": rows})
+
+
+def groups(args) -> list[dict]:
+    """The children to run: (record set, phase, recipe) for pretraining, then SQuAD and GLUE."""
     from launch import quickstart as qs
 
+    only = set(args.only or ("pretraining", "squad", "glue"))
+    shared = {
+        "args": {
+            k: getattr(args, k) for k in ("bins", "repeats", "updates", "warmup", "glue_rows", "recipes")
+        }
+    }
     quick = vocab = qa_dir = None
     if only & {"pretraining", "squad"} or not (args.vocab and args.corpus):
         quick, vocab, qa_dir = quickstart_records(args.work_dir)
     vocab = args.vocab or vocab
-    corpus = args.corpus or qs.Layout(os.path.join(args.work_dir, "quickstart")).corpus
-    rows = []
+    specs = []
     if "pretraining" in only:
-        rows += pretraining_rows("quickstart corpus", quick, vocab, args)
+        sets = [("quickstart corpus", quick, vocab)]
         if args.xml_mb:
-            wiki, wiki_vocab = wikipedia_records(args.work_dir, args.xml_mb)
-            rows += pretraining_rows("generated Wikipedia", wiki, wiki_vocab, args)
+            sets.append(("generated Wikipedia", *wikipedia_records(args.work_dir, args.xml_mb)))
+        for name, files, set_vocab in sets:
+            for phase in PHASES:
+                for recipe in args.recipes:
+                    specs.append(
+                        {
+                            **shared,
+                            "group": "pretraining",
+                            "name": name,
+                            "files": files[phase],
+                            "vocab": set_vocab,
+                            "phase": phase,
+                            "recipe": recipe,
+                        }
+                    )
     if "squad" in only:
-        rows += squad_rows(vocab, qa_dir, args)
+        specs.append({**shared, "group": "squad", "vocab": vocab, "qa_dir": qa_dir})
     if "glue" in only:
-        rows += glue_rows(vocab, corpus, args)
+        corpus = args.corpus or qs.Layout(os.path.join(args.work_dir, "quickstart")).corpus
+        specs.append({**shared, "group": "glue", "vocab": vocab, "corpus": corpus})
+    return specs
+
+
+def main(argv=None) -> None:
+    if len(sys.argv) > 2 and sys.argv[1] == harness.CHILD_FLAG:
+        harness.serve(measure, sys.argv[2])
+        return
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    args = parse_args(argv)
+    started = time.perf_counter()
+    rows = []
+    for spec in groups(args):
+        # A child per group: compiled programs and input buffers leave with it.
+        with harness.Child(harness.child_argv(__file__, spec)) as child:
+            try:
+                found = child.next_event(timeout_s=args.timeout_s)["rows"]
+            except harness.ChildFailed as err:
+                label = spec.get("name", spec["group"]) + (
+                    f" phase {spec['phase']}" if "phase" in spec else ""
+                )
+                found = [[label, spec.get("recipe", ""), "", "", "", harness.error_cell(str(err)), "", ""]]
+        for row in found:
+            harness.log(" | ".join(row))
+        rows += found
     headers = [
         "input",
         "work: batch",

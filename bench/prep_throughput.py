@@ -205,7 +205,7 @@ RUNS += prep_stage_runs
 # --- the native fast path, part by part (issue 8: "the native fast path earns its place") -----
 # Each part of the C path is switched off alone inside one child process, the rest kept as
 # create_training_files runs it: the C WordPiece mirror (FastWordPiece, whose per-character
-# table is probed from the Rust normalizer) against the Rust `tokenizers` call it replaces, and
+# table comes from bert/tokenization.py's rules) against the tokenizer call it replaces, and
 # the C instance creation + serialization against the pure-Python modules. Runs are interleaved
 # (every variant once per round) and repeated, and each table gives median and min-max, so
 # load from other jobs on a shared machine moves every variant alike. Every variant must write

@@ -3,8 +3,8 @@
 Google's run_squad.py semantics (read_squad_examples, convert_examples_to_features with its
 _DocSpan loop and _check_is_max_context, write_predictions), with one change: answers are
 located by character offsets instead of whitespace words. Each context is tokenized once by the
-Rust `tokenizers` backend of the WordPiece tokenizer, whose offsets point into the original
-string even where the normalizer lower-cases, strips accents or drops characters. A predicted
+WordPiece tokenizer (Google's tokens, bert.tokenization), whose offsets point into the original
+string even where it lower-cases, strips accents or drops characters. A predicted
 span therefore reads back as the exact original characters
 `context_text[token_to_char[start][0]:token_to_char[end][1]]`, which replaces Google's
 get_final_text heuristic (and its failures on accents and irregular whitespace).
@@ -304,8 +304,8 @@ def convert_examples_to_features(
     that covers no token at all is skipped with a warning. `progress` is True (a bar for many
     examples), False, or a callable taking a count of examples done.
     """
-    backend = getattr(tokenizer, "backend", None)
-    if backend is None:
+    encode = getattr(tokenizer, "encode_with_offsets_batch", None)
+    if encode is None:
         raise UserError(
             "SQuAD needs a WordPiece vocab (--vocab_file): answers are located through the "
             "character offsets of the WordPiece tokenizer, which a SentencePiece model lacks."
@@ -317,9 +317,9 @@ def convert_examples_to_features(
     # Questions of one paragraph share its context: tokenize each distinct context once.
     contexts = list(dict.fromkeys(e.context_text for e in examples))
     encoded = {}  # context -> (ids, tokens, character spans) of its tokens
-    for context, encoding in zip(contexts, backend.encode_batch(contexts, add_special_tokens=False)):
+    for context, encoding in zip(contexts, encode(contexts)):
         encoded[context] = (encoding.ids, encoding.tokens, context_offsets(context, encoding.offsets))
-    questions = backend.encode_batch([e.question_text for e in examples], add_special_tokens=False)
+    questions = encode([e.question_text for e in examples])
 
     features = []
     unique_id = FIRST_UNIQUE_ID

@@ -1,9 +1,11 @@
-"""Shared by the pretraining-records tests: a scripted rng, a tiny vocabulary, a corpus writer,
-and an independent transcription of Google's create_pretraining_data.py (string tokens, the
-tokenizer's `tokenize`, Google's writer) that the files we write are compared against."""
+"""Shared by the pretraining-records and tokenization tests: a scripted rng, a tiny vocabulary,
+a corpus writer, and independent transcriptions of Google's tokenization.py (FullTokenizer) and
+create_pretraining_data.py (string tokens, Google's writer) that what we write is compared
+against. The transcriptions use nothing of ours: only the standard library."""
 
 import collections
 import random
+import unicodedata
 
 import pytest
 
@@ -77,6 +79,169 @@ def options(**kw):
     )
     base.update(kw)
     return InstanceOptions(**base)
+
+
+# ---- an independent transcription of Google's tokenization.py -------------------------------
+# google-research/bert's FullTokenizer = BasicTokenizer + WordpieceTokenizer, rule for rule, as it
+# runs under this Python (its unicodedata decides every category). Kept literal and slow: it is
+# the oracle that bert/tokenization.py is held to.
+
+GOOGLE_MAX_INPUT_CHARS_PER_WORD = 200  # WordpieceTokenizer's default
+
+
+def google_load_vocab(vocab_file):
+    vocab = collections.OrderedDict()
+    with open(vocab_file, "r", encoding="utf-8") as reader:
+        for index, line in enumerate(reader):
+            vocab[line.strip()] = index
+    return vocab
+
+
+def google_whitespace_tokenize(text):
+    text = text.strip()
+    return text.split() if text else []
+
+
+def google_is_whitespace(char):
+    if char in (" ", "\t", "\n", "\r"):
+        return True
+    return unicodedata.category(char) == "Zs"
+
+
+def google_is_control(char):
+    if char in ("\t", "\n", "\r"):
+        return False
+    return unicodedata.category(char) in ("Cc", "Cf")
+
+
+def google_is_punctuation(char):
+    cp = ord(char)
+    if (33 <= cp <= 47) or (58 <= cp <= 64) or (91 <= cp <= 96) or (123 <= cp <= 126):
+        return True
+    return unicodedata.category(char).startswith("P")
+
+
+def google_is_chinese_char(cp):
+    blocks = (
+        (0x4E00, 0x9FFF),
+        (0x3400, 0x4DBF),
+        (0x20000, 0x2A6DF),
+        (0x2A700, 0x2B73F),
+        (0x2B740, 0x2B81F),
+        (0x2B820, 0x2CEAF),
+        (0xF900, 0xFAFF),
+        (0x2F800, 0x2FA1F),
+    )
+    return any(lo <= cp <= hi for lo, hi in blocks)
+
+
+class GoogleBasicTokenizer:
+    def __init__(self, do_lower_case=True):
+        self.do_lower_case = do_lower_case
+
+    def tokenize(self, text):
+        text = self._clean_text(text)
+        text = self._tokenize_chinese_chars(text)
+        split_tokens = []
+        for token in google_whitespace_tokenize(text):
+            if self.do_lower_case:
+                token = self._run_strip_accents(token.lower())
+            split_tokens.extend(self._run_split_on_punc(token))
+        return google_whitespace_tokenize(" ".join(split_tokens))
+
+    def _run_strip_accents(self, text):
+        text = unicodedata.normalize("NFD", text)
+        return "".join(char for char in text if unicodedata.category(char) != "Mn")
+
+    def _run_split_on_punc(self, text):
+        output = []
+        start_new_word = True
+        for char in text:
+            if google_is_punctuation(char):
+                output.append([char])
+                start_new_word = True
+            else:
+                if start_new_word:
+                    output.append([])
+                start_new_word = False
+                output[-1].append(char)
+        return ["".join(x) for x in output]
+
+    def _tokenize_chinese_chars(self, text):
+        output = []
+        for char in text:
+            if google_is_chinese_char(ord(char)):
+                output += [" ", char, " "]
+            else:
+                output.append(char)
+        return "".join(output)
+
+    def _clean_text(self, text):
+        output = []
+        for char in text:
+            cp = ord(char)
+            if cp == 0 or cp == 0xFFFD or google_is_control(char):
+                continue
+            output.append(" " if google_is_whitespace(char) else char)
+        return "".join(output)
+
+
+class GoogleWordpieceTokenizer:
+    def __init__(self, vocab, unk_token="[UNK]", max_input_chars_per_word=GOOGLE_MAX_INPUT_CHARS_PER_WORD):
+        self.vocab = vocab
+        self.unk_token = unk_token
+        self.max_input_chars_per_word = max_input_chars_per_word
+
+    def tokenize(self, text):
+        output_tokens = []
+        for token in google_whitespace_tokenize(text):
+            chars = list(token)
+            if len(chars) > self.max_input_chars_per_word:
+                output_tokens.append(self.unk_token)
+                continue
+            is_bad = False
+            start = 0
+            sub_tokens = []
+            while start < len(chars):
+                end = len(chars)
+                cur_substr = None
+                while start < end:
+                    substr = "".join(chars[start:end])
+                    if start > 0:
+                        substr = "##" + substr
+                    if substr in self.vocab:
+                        cur_substr = substr
+                        break
+                    end -= 1
+                if cur_substr is None:
+                    is_bad = True
+                    break
+                sub_tokens.append(cur_substr)
+                start = end
+            if is_bad:
+                output_tokens.append(self.unk_token)
+            else:
+                output_tokens.extend(sub_tokens)
+        return output_tokens
+
+
+class GoogleFullTokenizer:
+    """Google's FullTokenizer, from a vocab file or (for tests) a vocab dict."""
+
+    def __init__(self, vocab_file=None, do_lower_case=True, vocab=None):
+        self.vocab = vocab if vocab is not None else google_load_vocab(vocab_file)
+        self.inv_vocab = {v: k for k, v in self.vocab.items()}
+        self.basic_tokenizer = GoogleBasicTokenizer(do_lower_case=do_lower_case)
+        self.wordpiece_tokenizer = GoogleWordpieceTokenizer(vocab=self.vocab)
+
+    def tokenize(self, text):
+        split_tokens = []
+        for token in self.basic_tokenizer.tokenize(text):
+            split_tokens.extend(self.wordpiece_tokenizer.tokenize(token))
+        return split_tokens
+
+    def convert_tokens_to_ids(self, tokens):
+        return [self.vocab[t] for t in tokens]
 
 
 # ---- an independent transcription of Google's create_pretraining_data.py --------------------
@@ -370,6 +535,15 @@ WORDS = (
     "tab\there",
     "ctrl\x07char",
     "«quoted»",
+    # Where a tokenizer can part from Google's (issue 34): a 150-character word (WordPieces, not
+    # [UNK]), private use, CJK Extension E, final capital sigma, characters newer than Rust's
+    # Unicode tables (format U+0890, punctuation U+2E52, combining U+1AC1, astral format U+13430).
+    "y" * 150,
+    "pri\ue000vate",
+    "\U0002b820\U0002b821",
+    "ΟΔΟΣ",
+    "a\u0890b\u2e52c\u1ac1d",
+    "hiero\U00013430glyph",
 ]
 
 

@@ -291,6 +291,32 @@ def test_prep_throughput(tmp_path):
     assert "same bytes written by every variant" in out
 
 
+def test_tokenizer_exactness(tmp_path):
+    # It compares with the code at HEAD, through git: not in a copy without its history (the image).
+    if subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD"], capture_output=True).returncode != 0:
+        pytest.skip("not a git checkout")
+    out = run_bench(
+        "tokenizer_exactness.py",
+        "--corpus_mb",
+        "0.2",
+        "--repeats",
+        "1",
+        "--calls",
+        "1",
+        "--cache_dir",
+        str(tmp_path),
+    )
+    ((header, rows),) = tables(out)
+    assert header == ["step", "code", "seconds", "CPU s", "MB/s", "speed new/old", "CPU speed new/old"]
+    steps = ["encode_batch", "tokenize_batch", "read_documents", "create_training_files"]
+    assert [row[0] for row in rows] == [step for step in steps for _ in (0, 1)]
+    assert [row[1] for row in rows[:2]] == [rows[0][1], "working tree"] and rows[0][1].startswith("HEAD (")
+    assert_numbers(rows, [3, 4])
+    assert_numbers(rows, [2], NUMBER_RANGE)
+    assert_numbers(rows[1::2], [5, 6])
+    assert re.search(r"[\d,]+ of [\d,]+ lines get other ids than before", out)
+
+
 def test_prep_scale(tmp_path):
     out = run_bench("prep_scale.py", "--xml_mb", "0.5", "--processes", "1,2", "--cache_dir", str(tmp_path))
     stages, projection = tables(out)
@@ -324,3 +350,68 @@ def test_prep_scale(tmp_path):
         "whole path",
     ]
     assert all(re.fullmatch(r"\d+:\d\d:\d\d", row[1]) for row in rows)
+
+
+def test_padding(tmp_path):
+    import random
+    import shutil
+
+    from data import paths
+    from data.pretraining import schema, tfrecord
+    from launch import quickstart as qs
+
+    # The quickstart's layout with small records of varied lengths, so nothing is built.
+    at = qs.Layout(str(tmp_path / "quickstart"))
+    rng = random.Random(0)
+    for phase, (seq, predictions) in ((1, (128, 20)), (2, (512, 80))):
+        directory = os.path.join(at.records(phase), "training")
+        os.makedirs(directory)
+        with tfrecord.RecordWriter(os.path.join(directory, "part-0.tfrecord")) as writer:
+            for _ in range(80):
+                n = rng.randrange(8, seq // 2)
+                ids = [2] + [rng.randrange(5, 60) for _ in range(n - 2)] + [3]
+                features = schema.pad_features(
+                    ids, [0] * n, [1, 2], [ids[1], ids[2]], False, seq, predictions
+                )
+                writer.write(schema.serialize_example(features))
+    os.makedirs(os.path.dirname(at.vocab_file))
+    with open(at.vocab_file, "w") as f:
+        f.write("".join(f"{t}\n" for t in ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *"abcdefghij"]))
+    qa = paths.python_qa_dir(at.data)
+    os.makedirs(qa)
+    for name in ("train.json", "dev.json"):
+        shutil.copy(
+            os.path.join(ROOT, "tests", "fixtures", "squad", "train-v1.1-tiny.json"), os.path.join(qa, name)
+        )
+    out = run_bench(
+        "padding.py",
+        *("--work_dir", str(tmp_path), "--xml_mb", "0", "--recipes", "quickstart", "--bins", "0,64"),
+        *("--repeats", "1", "--updates", "1", "--warmup", "1", "--glue_rows", "40"),
+        *("--corpus", os.path.join(ROOT, "tests", "fixtures", "sentences.txt")),
+    )
+    ((header, rows),) = tables(out)
+    assert header == [
+        "input",
+        "work: batch",
+        "bin",
+        "real tokens",
+        "worker spread",
+        "seq/s",
+        "vs bin 0",
+        "compile s",
+    ]
+    assert [(row[0], row[2]) for row in rows] == [
+        *(
+            (f"quickstart corpus phase {p} (seq {s})", b)
+            for p, s in ((1, 128), (2, 512))
+            for b in ("0", "64")
+        ),
+        *(("SQuAD python_qa (seq 384)", b) for _ in range(2) for b in ("0", "64")),
+        *(("GLUE SST-2-like (seq 128)", b) for b in ("0", "64")),
+    ]
+    assert all(row[6] == "1.00x" for row in rows if row[2] == "0")
+    assert_numbers(rows, [5], NUMBER_RANGE)
+    real = {(row[0], row[1], row[2]): float(row[3].rstrip("%")) for row in rows}
+    # Records of at most half the sequence: binned, more of what is computed is real.
+    phase2 = "quickstart corpus phase 2 (seq 512)"
+    assert real[(phase2, "quickstart: 8 x 4", "64")] > 2 * real[(phase2, "quickstart: 8 x 4", "0")]

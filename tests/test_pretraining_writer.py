@@ -17,6 +17,7 @@ from data.pretraining import writer as cpd
 from data.pretraining.instances import InstanceOptions
 from data.pretraining.writer import _create_training_files, create_training_files
 from pretraining_reference import (
+    GoogleFullTokenizer,
     google_create_training_instances,
     google_examples,
     google_read_documents,
@@ -70,13 +71,15 @@ CASES = [
 
 
 @pytest.mark.parametrize("case", range(len(CASES)))
-def test_files_equal_the_reference_example_for_example(case, corpus, base_tokenizer, tmp_path):
+def test_files_equal_the_reference_example_for_example(case, corpus, base_tokenizer, minilm_dir, tmp_path):
     c = CASES[case]
     S, P = c["max_seq_length"], c["max_predictions_per_seq"]
     outputs = [str(tmp_path / f"out-{j}.tfrecord") for j in range(2)]
     stats = create_training_files([corpus], outputs, base_tokenizer, **c)
 
-    docs = google_read_documents([corpus], base_tokenizer)
+    # Google's own tokenizer (transcribed), so the comparison covers tokenization too.
+    google_tokenizer = GoogleFullTokenizer(os.path.join(minilm_dir, "vocab.txt"), do_lower_case=True)
+    docs = google_read_documents([corpus], google_tokenizer)
     instances = google_create_training_instances(
         docs,
         random.Random(c["random_seed"]),

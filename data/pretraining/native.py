@@ -476,46 +476,22 @@ class WordPieceTables(ctypes.Structure):
     ]
 
 
-def _hf_parts(tokenizer):
-    """The Hugging Face tokenizer inside a bert.tokenization.WordPieceTokenizer, if it is the
-    plain BertNormalizer + BertPreTokenizer + WordPiece("##") pipeline this path mirrors."""
-    from tokenizers import models, normalizers, pre_tokenizers
+def _wordpiece_tokenizer(tokenizer):
+    """`tokenizer` if it is a bert.tokenization.WordPieceTokenizer (Google's FullTokenizer, which
+    this path mirrors), else None."""
+    from bert.tokenization import WordPieceTokenizer
 
-    hf = getattr(tokenizer, "backend", None)
-    if hf is None or not hasattr(hf, "normalizer"):
-        return None
-    model = hf.model
-    if not (
-        isinstance(hf.normalizer, normalizers.BertNormalizer)
-        and isinstance(hf.pre_tokenizer, pre_tokenizers.BertPreTokenizer)
-        and isinstance(model, models.WordPiece)
-        and model.continuing_subword_prefix == "##"
-        and not hf.get_added_tokens_decoder()
-    ):
-        return None
-    return hf
+    return tokenizer if isinstance(tokenizer, WordPieceTokenizer) else None
 
 
-def _character_table(hf, strips_accents):
-    """Per BMP code point: class | C_PY_SPACE and its normalized UTF-8, from the tokenizer's own
-    normalizer and pre-tokenizer applied to that one character."""
-    import unicodedata
+def _character_table(do_lower_case):
+    """Per BMP code point: class | C_PY_SPACE and its normalized UTF-8, from Google's
+    BasicTokenizer as bert.tokenization transcribes it, applied to that one character alone and
+    between two letters."""
+    from bert.tokenization import basic_tokenize, depends_on_context
 
-    normalize, pre_tokenize = hf.normalizer.normalize_str, hf.pre_tokenizer.pre_tokenize_str
-    kinds = {}
-
-    def kind(ch):  # how the pre-tokenizer treats one normalized character
-        if ch not in kinds:
-            pieces = [p for p, _ in pre_tokenize("a" + ch + "a")]
-            if pieces == ["a", "a"]:
-                kinds[ch] = "space"
-            elif pieces == ["a", ch, "a"]:
-                kinds[ch] = "punct"
-            elif pieces == ["a" + ch + "a"]:
-                kinds[ch] = "word"
-            else:
-                kinds[ch] = "?"
-        return kinds[ch]
+    def words(text):
+        return [w for w, _ in basic_tokenize(text, do_lower_case)]
 
     cls = np.zeros(65536, np.uint8)
     reps = [b""] * 65536
@@ -524,62 +500,41 @@ def _character_table(hf, strips_accents):
             continue
         ch = chr(cp)
         py_space = C_PY_SPACE if ch.isspace() else 0
-        # Context-dependent: final sigma lower-cases by position; NFD reorders surviving marks.
-        if cp == 0x3A3 or (
-            strips_accents
-            and any(
-                unicodedata.combining(d) and unicodedata.category(d) != "Mn"
-                for d in unicodedata.normalize("NFD", ch)
-            )
-        ):
+        if depends_on_context(ch, do_lower_case):
             cls[cp] = C_UNKNOWN | py_space
             continue
-        out = normalize(ch)
-        k = [kind(c) for c in out]
-        lo, hi = 0, len(out)
-        while lo < hi and k[lo] == "space":
-            lo += 1
-        while hi > lo and k[hi - 1] == "space":
-            hi -= 1
-        core, core_kinds = out[lo:hi], k[lo:hi]
-        if not out:
-            c = C_DROP
-        elif not core:
-            c = C_SPACE
-        elif "?" in core_kinds or "space" in core_kinds:
-            c = C_UNKNOWN
-        elif core_kinds == ["punct"]:
-            c = C_ISOLATED
-        elif all(x == "word" for x in core_kinds):
-            if lo == 0 and hi == len(out):
+        alone, between = words(ch), words("a" + ch + "a")
+        c = C_UNKNOWN
+        if not alone:
+            c = {("aa",): C_DROP, ("a", "a"): C_SPACE}.get(tuple(between), C_UNKNOWN)
+        elif len(alone) == 1:
+            if between == ["a" + alone[0] + "a"]:
                 c = C_WORD
-            elif lo > 0 and hi < len(out):
-                c = C_ISOLATED  # CJK characters come back as " X "
-            else:
-                c = C_UNKNOWN
-        else:
-            c = C_UNKNOWN
+            elif between == ["a", alone[0], "a"]:
+                c = C_ISOLATED  # punctuation, and CJK characters
         cls[cp] = c | py_space
         if c in (C_WORD, C_ISOLATED):
-            reps[cp] = core.encode("utf-8")
+            reps[cp] = alone[0].encode("utf-8")
     rep_off = np.zeros(65537, np.int32)
     np.cumsum([len(r) for r in reps], out=rep_off[1:])
     return cls, rep_off, np.frombuffer(b"".join(reps) or b"\0", np.uint8).copy()
 
 
-def _cached_character_table(hf, strips_accents):
-    """_character_table, cached on disk: it depends only on the normalizer's settings and the
-    tokenizers version (not on the vocabulary) and takes ~0.3 s to compute."""
-    import tokenizers
+def _cached_character_table(do_lower_case):
+    """_character_table, cached on disk: it depends only on do_lower_case, the transcription of
+    Google's rules (bert/tokenization.py) and this Python's unicodedata, not on the vocabulary,
+    and takes ~1 s to compute."""
+    import unicodedata
+
+    from bert import tokenization
 
     key = hashlib.sha256(
         b"|".join(
             [
-                b"v1",
-                tokenizers.__version__.encode(),
-                hf.normalizer.__getstate__(),
-                hf.pre_tokenizer.__getstate__(),
-                str(strips_accents).encode(),
+                b"v2",
+                Path(tokenization.__file__).read_bytes(),
+                unicodedata.unidata_version.encode(),
+                str(bool(do_lower_case)).encode(),
                 sys.version.encode(),
             ]
         )
@@ -591,7 +546,7 @@ def _cached_character_table(hf, strips_accents):
                 return cached["cls"], cached["rep_off"], cached["rep"]
         except (OSError, KeyError, ValueError):
             pass
-    table = _character_table(hf, strips_accents)
+    table = _character_table(do_lower_case)
     for directory in _build_dirs():
         try:
             directory.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -607,29 +562,27 @@ def _cached_character_table(hf, strips_accents):
 class FastWordPiece:
     """Tokenizes whole text blocks in C, exactly as a bert.tokenization.WordPieceTokenizer.
 
-    `for_tokenizer` returns None for tokenizers it does not mirror (SentencePiece, or a
-    customised pipeline); lines it cannot handle (characters outside the BMP, invalid UTF-8,
-    context-dependent characters) come back as LINE_FALLBACK for the caller to tokenize.
+    `for_tokenizer` returns None for tokenizers it does not mirror (SentencePiece); lines it
+    cannot handle (characters outside the BMP, invalid UTF-8, context-dependent characters)
+    come back as LINE_FALLBACK for the caller to tokenize.
     """
 
     _cache = {}
 
     @classmethod
     def for_tokenizer(cls, lib, tokenizer):
-        hf = _hf_parts(tokenizer)
-        if hf is None:
+        if _wordpiece_tokenizer(tokenizer) is None:
             return None
-        key = (id(tokenizer), id(hf))
+        key = id(tokenizer)
         cached = cls._cache.get(key)
         if cached is None or cached[0] is not tokenizer:
-            cached = (tokenizer, cls(lib, tokenizer, hf))
+            cached = (tokenizer, cls(lib, tokenizer))
             cls._cache = {key: cached}  # one tokenizer at a time; tables are ~0.5 MB
         return cached[1]
 
-    def __init__(self, lib, tokenizer, hf):
+    def __init__(self, lib, tokenizer):
         self.lib = lib
-        strips_accents = bool(getattr(tokenizer, "do_lower_case", True))
-        self.cls, self.rep_off, self.rep = _cached_character_table(hf, strips_accents)
+        self.cls, self.rep_off, self.rep = _cached_character_table(bool(tokenizer.do_lower_case))
         tokens = list(tokenizer.vocab.items())
         encoded = [t.encode("utf-8") for t, _ in tokens]
         self.keys = np.frombuffer(b"".join(encoded) or b"\0", np.uint8).copy()
@@ -640,7 +593,7 @@ class FastWordPiece:
         while size < 2 * len(tokens) + 1:
             size *= 2
         self.slots = np.empty(size, np.int64)
-        self.max_chars = int(hf.model.max_input_chars_per_word)
+        self.max_chars = int(tokenizer.max_input_chars_per_word)
         self.struct = WordPieceTables(
             self.cls.ctypes.data,
             self.rep_off.ctypes.data,
@@ -651,7 +604,7 @@ class FastWordPiece:
             self.slots.ctypes.data,
             size - 1,
             len(tokens),
-            tokenizer.vocab[hf.model.unk_token],
+            tokenizer.unk_id,
             self.max_chars,
         )
         lib.bert_wp_build(ctypes.byref(self.struct))
