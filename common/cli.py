@@ -84,6 +84,21 @@ def main(define_flags, run, argv=None, doc: str | None = None, prog: str | None 
     except Preempted as e:
         print(f"{prog}: {e}", file=sys.stderr, flush=True)
         return PREEMPTED_EXIT_STATUS
+    except OSError as e:
+        # A full, read-only or vanished disk met outside a checkpoint save (a log line, an output
+        # file): one sentence, not a traceback; other OS errors stay what they are.
+        from common.files import STORAGE_ERRNOS, describe_write_error
+
+        if e.errno not in STORAGE_ERRNOS:
+            raise
+        where = os.path.dirname(os.path.abspath(e.filename)) if e.filename else os.getcwd()
+        print(
+            f"{prog}: error: could not write {e.filename or 'an output'} ({describe_write_error(e, where)}); "
+            "completed outputs are kept: fix the storage, then re-run the same command to continue.",
+            file=sys.stderr,
+            flush=True,
+        )
+        return 2
     except KeyboardInterrupt:
         print(
             f"{prog}: interrupted; completed outputs are kept, re-run the same command to continue.",

@@ -207,6 +207,9 @@ def ensure_writable_dir(directory: str, what: str = "output directory") -> None:
 
 # The write failures a user can fix, in the words of a sentence. TensorFlow's file errors carry
 # only strerror's text, so the text is matched too.
+# A write that fails for the storage itself, whatever the file: the entry points turn these into
+# one sentence (common/cli.py).
+STORAGE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
 _WRITE_FAILURES = {
     errno.ENOSPC: "no space left on the device",
     errno.EDQUOT: "the disk quota is exceeded",

@@ -1,5 +1,6 @@
 """common/files.py: commit publishes what another program wrote, over a file or a directory."""
 
+import errno
 import os
 
 import pytest
@@ -70,3 +71,29 @@ def test_atomic_path_leaves_only_a_removable_temporary_on_failure(tmp_path):
         f.write("half")
     assert TEMP_GLOB.startswith(".") and remove_stale_temporaries(str(tmp_path)) == 1
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("number", [errno.ENOSPC, errno.EROFS])
+def test_an_entry_point_meeting_a_full_or_read_only_disk_says_so_in_one_sentence(tmp_path, capsys, number):
+    from common import cli
+
+    target = str(tmp_path / "log.jsonl")
+
+    def run(flag_values):
+        raise OSError(number, os.strerror(number), target)
+
+    status = cli.main(lambda fv: None, run, ["prog"], prog="prog")
+    err = capsys.readouterr().err.strip()
+    assert status == 2 and len(err.splitlines()) == 1
+    assert err.startswith(f"prog: error: could not write {target} (")
+    assert ("no space left" if number == errno.ENOSPC else "read-only") in err
+
+
+def test_an_entry_point_lets_other_os_errors_through(capsys):
+    from common import cli
+
+    def run(flag_values):
+        raise OSError(errno.EIO, "Input/output error")
+
+    with pytest.raises(OSError):
+        cli.main(lambda fv: None, run, ["prog"], prog="prog")
