@@ -139,7 +139,8 @@ def test_group_by_length_sorts_groups_of_batches_in_one_order_resumable_from_a_p
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-    return tiny.setup(tmp_path_factory.mktemp("data"), files=2, per_file=60, dropout=False)
+    # 5 to 16 tokens: bins of 2 make micro-batches of up to 6 lengths.
+    return tiny.setup(tmp_path_factory.mktemp("data"), files=2, per_file=60, dropout=False, min_length=5)
 
 
 def _weights(output_dir):
@@ -156,8 +157,8 @@ def _largest_difference(a, b):
 
 @pytest.mark.parametrize("accumulation, use_xla", [(3, True), (1, True), (3, False)])
 def test_binned_updates_end_where_padded_updates_end(data, tmp_path, capsys, accumulation, use_xla):
-    runs = {}
-    for bin_size in (0, 4):
+    runs, compiled = {}, {}
+    for bin_size in (0, 2):
         out = tmp_path / f"bin{bin_size}"
         flags = tiny.flags(
             data,
@@ -169,17 +170,39 @@ def test_binned_updates_end_where_padded_updates_end(data, tmp_path, capsys, acc
         )
         assert run_pretraining.main(flags) == 0
         runs[bin_size] = _weights(out)
-    printed = capsys.readouterr().out
-    assert _largest_difference(runs[0], runs[4]) < 1e-5
-    assert "Compiled the " in printed  # once per shape
-    shapes = [line for line in printed.splitlines() if line.startswith("Compiled the ")]
-    assert len(shapes) == len(set(shapes)) <= 1 + 3 + 1  # bin 0's one, at most 3 bins of 4 (+ update)
+        compiled[bin_size] = [
+            line for line in capsys.readouterr().out.splitlines() if line.startswith("Compiled the ")
+        ]
+    assert _largest_difference(runs[0], runs[2]) < 1e-5
+    assert len(compiled[0]) == 1  # one shape padded
+    # Each length compiles once, as a micro-step or stacked (at most 6 lengths of 5 to 16 tokens).
+    assert 1 < len(compiled[2]) == len(set(compiled[2])) <= 2 * 6
+    if accumulation > 1:
+        assert any("micro-step" in line for line in compiled[2]), compiled[2]
+
+
+def test_an_update_of_alike_lengths_runs_stacked_at_its_longest():
+    from training.train_step import _stacked_or_none
+
+    def batch(length):
+        return {
+            "input_ids": tf.ones([2, length], tf.int32),
+            "input_mask": tf.ones([2, length], tf.int32),
+            "segment_ids": tf.zeros([2, length], tf.int32),
+            "masked_lm_positions": tf.ones([2, 3], tf.int32),
+        }
+
+    assert _stacked_or_none([batch(64), batch(16), batch(16)]) is None  # binned saves half
+    alike = _stacked_or_none([batch(64), batch(64), batch(56)])
+    assert [b["input_ids"].shape.as_list() for b in alike] == [[2, 64]] * 3
+    np.testing.assert_array_equal(alike[2]["input_mask"].numpy()[:, 56:], 0)  # padding, masked
+    assert alike[2]["masked_lm_positions"].shape.as_list() == [2, 3]
 
 
 def test_binned_updates_on_two_horovod_workers_end_where_padded_ones_end(data, tmp_path):
     env = worker_env()
     runs = {}
-    for bin_size in (0, 4):
+    for bin_size in (0, 2):
         out = tmp_path / f"bin{bin_size}"
         flags = tiny.flags(
             data, out, bin_size=bin_size, num_accumulation_steps=2, num_train_steps=4, use_horovod="true"
@@ -189,7 +212,7 @@ def test_binned_updates_on_two_horovod_workers_end_where_padded_ones_end(data, t
         )
         assert done.returncode == 0, done.stderr[-3000:]
         runs[bin_size] = _weights(out)
-    assert _largest_difference(runs[0], runs[4]) < 1e-5
+    assert _largest_difference(runs[0], runs[2]) < 1e-5
 
 
 def test_binned_evaluation_equals_padded_evaluation(data, tmp_path):

@@ -39,9 +39,9 @@ def tiny_bert_config(dropout: bool = True):
     return BertConfig(**values)
 
 
-def example(rng: random.Random, seq=SEQ, predictions=PREDICTIONS, nan_weight=False) -> bytes:
+def example(rng: random.Random, seq=SEQ, predictions=PREDICTIONS, nan_weight=False, min_length=8) -> bytes:
     """One record; nan_weight writes NaN as its first masked_lm_weight (a poisoned record)."""
-    length = rng.randrange(8, seq + 1)
+    length = rng.randrange(min_length, seq + 1)
     start = rng.randrange(5, VOCAB - seq)
     body = [start + i for i in range(length - 3)]
     split = rng.randrange(1, len(body))
@@ -67,7 +67,14 @@ def write_records(path: str, n: int, seed: int, **options) -> str:
     return str(path)
 
 
-def setup(root, files: int = 2, per_file: int = 40, eval_per_file: int = 16, dropout: bool = True) -> dict:
+def setup(
+    root,
+    files: int = 2,
+    per_file: int = 40,
+    eval_per_file: int = 16,
+    dropout: bool = True,
+    min_length: int = 8,
+) -> dict:
     """Writes config, vocab, training and eval files under `root`; returns their paths."""
     root = str(root)
     os.makedirs(os.path.join(root, "train"), exist_ok=True)
@@ -85,8 +92,12 @@ def setup(root, files: int = 2, per_file: int = 40, eval_per_file: int = 16, dro
             + "\n"
         )
     for i in range(files):
-        write_records(os.path.join(root, "train", f"part-{i:02d}.tfrecord"), per_file, seed=i)
-    write_records(os.path.join(root, "eval", "part-00.tfrecord"), eval_per_file, seed=100)
+        write_records(
+            os.path.join(root, "train", f"part-{i:02d}.tfrecord"), per_file, seed=i, min_length=min_length
+        )
+    write_records(
+        os.path.join(root, "eval", "part-00.tfrecord"), eval_per_file, seed=100, min_length=min_length
+    )
     return {
         "bert_config_file": config_file,
         "vocab_file": vocab_file,

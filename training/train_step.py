@@ -22,9 +22,10 @@ the update.
 Micro-batches of several lengths (training/length_bins.py: each padded only to its bin) cannot
 be stacked. With `shapes_vary` and k > 1 an update is instead one compiled micro-step per
 micro-batch (its gradients added to the sums it is handed, one program per bin length) and one
-compiled update program; with k = 1 the whole-update program serves each length. Either way
-the programs number at most max_seq_length / bin_size (plus the update), each compiled the first
-time its shape comes: that call is waited for and timed once (`compiled`, `compile_seconds`), so
+compiled update program, unless its micro-batches are so alike in length that padding them all
+to the longest costs little (STACK_ABOVE): then they are stacked at that length as usual. With
+k = 1 the whole-update program serves each length. The programs number at most twice
+max_seq_length / bin_size (plus the update), each compiled the first time its shape comes: that call is waited for and timed once (`compiled`, `compile_seconds`), so
 compilation is reported per shape and kept out of steady throughput.
 
 Nothing is read back per update: `dispatch` queues an update and returns its outputs as device
@@ -61,6 +62,32 @@ def _micro_batch(stacked, i):
 def _shape_of(features) -> tuple:
     """The shape that decides a compiled program: the token ids' (e.g. [B, L] or [k, B, L])."""
     return tuple(features["input_ids"].shape)
+
+
+# An update of micro-batches of several lengths runs as micro-steps only when that computes
+# under this share of the positions padding all of them to the longest would: below about a
+# tenth saved, one stacked program is faster (bench/padding.py: the micro-steps cost ~5%).
+STACK_ABOVE = 0.9
+
+
+def _stacked_or_none(batches):
+    """`batches` padded to their longest length when they are to run stacked (STACK_ABOVE), else
+    None. Zero padding is what binning took away: the same update."""
+    from training.length_bins import SEQUENCE_FEATURES
+
+    lengths = [int(b["input_ids"].shape[-1]) for b in batches]
+    longest = max(lengths)
+    if sum(lengths) < STACK_ABOVE * longest * len(lengths):
+        return None
+    return [
+        {
+            name: tf.pad(value, [[0, 0], [0, longest - value.shape[1]]])
+            if name in SEQUENCE_FEATURES and value.shape[1] < longest
+            else value
+            for name, value in b.items()
+        }
+        for b in batches
+    ]
 
 
 def _all_finite(tensors):
@@ -240,7 +267,10 @@ class TrainStep:
                 "micro-batches of an update."
             )
         if self.micro_steps:
-            return self._dispatch_micro_steps(batches)
+            padded = _stacked_or_none(batches)
+            if padded is None:
+                return self._dispatch_micro_steps(batches)
+            batches = padded
         if self.accumulation_steps == 1:
             stacked = batches[0]
         else:
