@@ -170,7 +170,7 @@ def define_job_flags(flag, *, compiled: str) -> None:
         "bin_size",
         "Pad each micro-batch only to the next multiple of this many tokens past its longest "
         "sequence, the sequences of an update sorted by length (training, evaluation and prediction "
-        "alike); 0 pads to --max_seq_length. Default 64, or --max_seq_length when shorter.",
+        "alike); 0 pads to --max_seq_length, as does a bin that long or longer. Default 64.",
         default=None,
     )
     flag("save_checkpoints_steps", "Write a checkpoint every this many updates (and at the end).")

@@ -26,11 +26,15 @@ def test_a_bin_length_is_the_longest_rounded_up_to_the_bin_within_one_bin_and_ma
     assert [bin_length(n, 48, 100) for n in (47, 49, 97, 100)] == [48, 96, 100, 100]
     assert bin_length(3, 0, 128) == 128  # bin 0: padded as before
     assert int(bin_length(tf.constant(65), 64, 512)) == 128
-    assert (resolved_bin_size(None, 512), resolved_bin_size(None, 16), resolved_bin_size(0, 512)) == (
+    assert [
+        resolved_bin_size(b, s) for b, s in ((None, 512), (0, 512), (None, 64), (None, 16), (16, 16))
+    ] == [
         64,
-        16,
         0,
-    )
+        0,  # one bin: padded, in the unsorted order
+        0,
+        0,
+    ]
 
 
 def test_trim_cuts_only_the_sequence_features_to_the_batch_bin():

@@ -52,8 +52,8 @@ class JobSettings:
     bert_config_file: str | None = None
     vocab_file: str | None = None
     max_seq_length: int = setting("count", 128)
-    # Micro-batches padded to a multiple of this (training/length_bins.py); None: 64, or
-    # max_seq_length when shorter; 0: to max_seq_length.
+    # Micro-batches padded to a multiple of this (training/length_bins.py); None: 64; 0 (or a
+    # bin of max_seq_length or more): to max_seq_length.
     bin_size: int | None = setting("steps", None)
     train_batch_size: int = setting("count", 32)  # per worker, per micro-batch
     learning_rate: float = setting("rate", 5e-5)  # per worker: the peak is this x workers

@@ -31,11 +31,11 @@ DEFAULT_BIN_SIZE = 64
 
 
 def resolved_bin_size(bin_size: int | None, max_seq_length: int) -> int:
-    """--bin_size as it runs: None means DEFAULT_BIN_SIZE, or max_seq_length when shorter; 0 pads
-    every batch to max_seq_length."""
-    if bin_size is None:
-        return min(DEFAULT_BIN_SIZE, max_seq_length)
-    return bin_size
+    """--bin_size as it runs: None means DEFAULT_BIN_SIZE; 0 pads every batch to max_seq_length,
+    and so does a bin as long as max_seq_length or longer (one bin: nothing to sort for, and the
+    input stays in the unsorted order of a padded run)."""
+    bin_size = DEFAULT_BIN_SIZE if bin_size is None else bin_size
+    return 0 if bin_size >= max_seq_length else bin_size
 
 
 def bin_size_refusal(bin_size: int | None, max_seq_length: int) -> str | None:
