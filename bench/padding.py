@@ -177,11 +177,14 @@ class Counting:
         return batch
 
 
-def timed_updates(step, batches, updates: int) -> float:
-    """Seconds for `updates` updates (dispatched, then read once)."""
+def timed_updates(step, batches, updates: int) -> float | None:
+    """Seconds for `updates` updates (dispatched, then read once); None when a program was
+    compiled for a shape the warm-up did not meet (that round is not a steady one)."""
+    compiling = step.compile_seconds
     started = time.perf_counter()
     step.read([step.dispatch(batches) for _ in range(updates)])
-    return time.perf_counter() - started
+    seconds = time.perf_counter() - started
+    return None if step.compile_seconds > compiling else seconds
 
 
 def compare(streams: dict, sequences_per_round: int, repeats: int, updates: int, warmup: int) -> dict:
@@ -191,14 +194,17 @@ def compare(streams: dict, sequences_per_round: int, repeats: int, updates: int,
     for b, (step, batches) in streams.items():
         for _ in range(warmup):
             step(batches)
-        results[b]["compile"] = step.compile_seconds
         batches.real = batches.computed = 0
     for _, b in harness.interleaved(list(streams), repeats):
         step, batches = streams[b]
-        seconds = timed_updates(step, batches, updates)
-        results[b]["rate"].append(sequences_per_round / seconds)
-    for b, (_, batches) in streams.items():
+        for _ in range(5):  # a round that compiled a new shape is run again
+            seconds = timed_updates(step, batches, updates)
+            if seconds is not None:
+                results[b]["rate"].append(sequences_per_round / seconds)
+                break
+    for b, (step, batches) in streams.items():
         results[b]["real"] = batches.real / max(batches.computed, 1)
+        results[b]["compile"] = step.compile_seconds
     return results
 
 
