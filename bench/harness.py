@@ -400,6 +400,20 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+def short_revision(revision: str) -> str:
+    """The short sha of git revision `revision` of this repository (a bench's --baseline);
+    SystemExit naming it when git knows no such commit."""
+    try:
+        return subprocess.run(
+            ["git", "-C", ROOT, "rev-parse", "--short", f"{revision}^{{commit}}"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    except subprocess.CalledProcessError as err:
+        raise SystemExit(f"--baseline: git knows no revision {revision!r} ({err.stderr.strip()}).") from None
+
+
 def cpu_name() -> str:
     cpu = platform.processor() or platform.machine()
     try:

@@ -617,15 +617,7 @@ def table_rows(config_label: str, workers: int, results: dict) -> list[list[str]
 
 def add_worktree(workdir: str, revision: str) -> tuple[str, str]:
     """A detached git worktree of `revision` under workdir: (stack name ours@<short rev>, path)."""
-    try:
-        short = subprocess.run(
-            ["git", "-C", ROOT, "rev-parse", "--short", f"{revision}^{{commit}}"],
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-    except subprocess.CalledProcessError as err:
-        raise SystemExit(f"--baseline: git knows no revision {revision!r} ({err.stderr.strip()}).") from None
+    short = harness.short_revision(revision)
     path = os.path.join(workdir, f"worktree-{short}")
     subprocess.run(
         ["git", "-C", ROOT, "worktree", "add", "--detach", "--quiet", path, short],

@@ -143,15 +143,7 @@ def corpus_path(cache_dir, megabytes):
 
 def extract_revision(revision, directory):
     """bert/, data/ and common/ as they were at `revision`, under `directory`; the short sha."""
-    try:
-        short = subprocess.run(
-            ["git", "-C", ROOT, "rev-parse", "--short", f"{revision}^{{commit}}"],
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-    except subprocess.CalledProcessError as err:
-        raise SystemExit(f"--baseline: git knows no revision {revision!r} ({err.stderr.strip()}).") from None
+    short = harness.short_revision(revision)
     archive = os.path.join(directory, "baseline.tar")
     with open(archive, "wb") as f:
         subprocess.run(["git", "-C", ROOT, "archive", short, "bert", "data", "common"], check=True, stdout=f)
