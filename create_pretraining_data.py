@@ -63,6 +63,20 @@ def define_instance_flags(
         float,
         default=0.1,
     )
+    flag(
+        "masking",
+        "static: the masks are drawn here and written into the records (Google's layout, "
+        "--dupe_factor copies); dynamic: the instances are written unmasked, once (--dupe_factor 1 "
+        "unless given), and training masks every sequence anew in every epoch as it reads it.",
+        ["static", "dynamic"],
+        default="static",
+    )
+
+
+def dupe_factor(F) -> int:
+    """--dupe_factor, or 1 for dynamic masking when it is not given: one unmasked copy serves
+    every epoch."""
+    return 1 if F.masking == "dynamic" and not F["dupe_factor"].present else F.dupe_factor
 
 
 def define_flags(fv) -> None:
@@ -109,9 +123,10 @@ def run(F) -> int:
                 max_predictions_per_seq=F.max_predictions_per_seq,
                 masked_lm_prob=F.masked_lm_prob,
                 short_seq_prob=F.short_seq_prob,
-                dupe_factor=F.dupe_factor,
+                dupe_factor=dupe_factor(F),
                 random_seed=F.random_seed,
                 do_whole_word_mask=F.do_whole_word_mask,
+                masking=F.masking,
                 progress=progress,
                 log=_log,
                 engine=F.engine,

@@ -300,6 +300,7 @@ def _vocab(F, ctx: Context) -> dict:
 
 
 def _create_tfrecord_files(F, ctx: Context) -> dict:
+    from create_pretraining_data import dupe_factor
     from data.pretraining.stage import create_tfrecord_files
 
     vocab_file, spm_model_file = _default_vocab(F, ctx.root)
@@ -311,9 +312,10 @@ def _create_tfrecord_files(F, ctx: Context) -> dict:
         max_predictions_per_seq=F.max_predictions_per_seq,
         masked_lm_prob=F.masked_lm_prob,
         random_seed=F.random_seed,
-        dupe_factor=F.dupe_factor,
+        dupe_factor=dupe_factor(F),
         n_training_shards=F.n_training_shards,
         fraction_test=F.fraction_test_set,
+        masking=F.masking,
     )
     return create_tfrecord_files(
         ctx.shard_dir,
@@ -325,9 +327,10 @@ def _create_tfrecord_files(F, ctx: Context) -> dict:
         max_predictions_per_seq=F.max_predictions_per_seq,
         masked_lm_prob=F.masked_lm_prob,
         short_seq_prob=F.short_seq_prob,
-        dupe_factor=F.dupe_factor,
+        dupe_factor=dupe_factor(F),
         random_seed=F.random_seed,
         do_whole_word_mask=F.do_whole_word_mask,
+        masking=F.masking,
         n_processes=ctx.n_processes,
         rank=ctx.rank,
         world=ctx.world,

@@ -122,6 +122,55 @@ def test_both_engines_write_the_same_bytes(corpus, base_tokenizer, tmp_path):
     assert files["native"] == files["python"]
 
 
+def _all_features(path):
+    """Every record of `path` as {feature name: list of values}, whatever its layout."""
+    from tensorflow.core.example import example_pb2
+
+    out = []
+    for data in tfrecord.read_records(path):
+        features = example_pb2.Example.FromString(data).features.feature
+        out.append({k: list(getattr(v, v.WhichOneof("kind")).value) for k, v in features.items()})
+    return out
+
+
+@pytest.mark.parametrize("whole_word", [False, True])
+def test_dynamic_records_hold_the_static_instances_unmasked(whole_word, corpus, base_tokenizer, tmp_path):
+    kw = dict(max_seq_length=32, max_predictions_per_seq=6, dupe_factor=1, random_seed=5)
+    static, dynamic = str(tmp_path / "static.tfrecord"), str(tmp_path / "dynamic.tfrecord")
+    create_training_files([corpus], [static], base_tokenizer, do_whole_word_mask=whole_word, **kw)
+    stats = create_training_files(
+        [corpus], [dynamic], base_tokenizer, do_whole_word_mask=whole_word, masking="dynamic", **kw
+    )
+    masked, unmasked = _all_features(static), _all_features(dynamic)
+    assert len(unmasked) == len(masked) == stats["instances"] > 50 and stats["masked_tokens"] == 0
+    vocab = base_tokenizer.vocab
+    continues = {i for t, i in vocab.items() if t.startswith("##")}
+    expected_names = {"input_ids", "input_mask", "segment_ids", "next_sentence_labels", "masking_ids"}
+    for m, u in zip(masked, unmasked):
+        assert set(u) == expected_names | ({"word_continues"} if whole_word else set())
+        ids = list(m["input_ids"])
+        for position, label, weight in zip(m["masked_lm_positions"], m["masked_lm_ids"], m["masked_lm_weights"]):
+            if weight:
+                ids[position] = label
+        assert u["input_ids"] == ids
+        for name in ("input_mask", "segment_ids", "next_sentence_labels"):
+            assert u[name] == m[name]
+        assert u["masking_ids"] == [vocab["[CLS]"], vocab["[SEP]"], vocab["[MASK]"], max(vocab.values()) + 1]
+        if whole_word:
+            assert u["word_continues"] == [int(t in continues and k < sum(m["input_mask"])) for k, t in enumerate(ids)]
+
+
+def test_both_engines_write_the_same_dynamic_bytes(corpus, base_tokenizer, tmp_path):
+    native_or_skip()
+    o = InstanceOptions(max_seq_length=32, max_predictions_per_seq=6, dupe_factor=2, do_whole_word_mask=True)
+    files = {}
+    for engine in ("native", "python"):
+        out = str(tmp_path / f"{engine}.tfrecord")
+        stats = _create_training_files([corpus], [out], base_tokenizer, o, 99, engine=engine, masking="dynamic")
+        files[engine] = (open(out, "rb").read(), {k: v for k, v in stats.items() if k != "seconds"})
+    assert files["native"] == files["python"]
+
+
 def test_round_robin_over_outputs_matches_one_output(corpus, base_tokenizer, tmp_path):
     one = str(tmp_path / "one.tfrecord")
     three = [str(tmp_path / f"three-{j}.tfrecord") for j in range(3)]

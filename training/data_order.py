@@ -155,19 +155,21 @@ def worker_micro_batches(
     accumulation: int = 1,
     lengths_of=None,
 ):
-    """Worker `worker_index`'s micro-batches of `order` (elements [B]).
+    """Worker `worker_index`'s micro-batches of `order` (elements [B], or tuples of them).
 
-    Without `lengths_of`: every num_workers-th batch of batch_size. With it (elements [G] ->
-    their real token counts int [G]): each update's G = W x k x B elements sorted by length and
-    dealt as training/length_bins.deal_by_length says, k micro-batches per update."""
+    Without `lengths_of`: every num_workers-th batch of batch_size. With it (an element's parts
+    [G] -> their real token counts int [G]): each update's G = W x k x B elements sorted by length
+    and dealt as training/length_bins.deal_by_length says, k micro-batches per update."""
     if num_workers < 1 or not 0 <= worker_index < num_workers:
         raise ValueError(f"worker_index={worker_index} is not within num_workers={num_workers}.")
     if lengths_of is None:
         return order.batch(batch_size, drop_remainder=True).shard(num_workers, worker_index)
     from training.length_bins import deal_by_length
 
-    def deal(update):
-        return tf.gather(update, deal_by_length(lengths_of(update), batch_size, num_workers, worker_index))
+    def deal(*update):
+        pick = deal_by_length(lengths_of(*update), batch_size, num_workers, worker_index)
+        dealt = tuple(tf.gather(part, pick) for part in update)
+        return dealt if len(dealt) > 1 else dealt[0]
 
     updates = order.batch(batch_size * accumulation * num_workers, drop_remainder=True)
     return updates.map(deal, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).unbatch()

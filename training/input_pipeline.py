@@ -7,10 +7,15 @@ the worker count and a checkpoint's position is one number. Static batch shapes 
 Evaluation reads the files in order, once. Worker index and count are plain ints from the
 caller: nothing here knows about Horovod.
 
-Before building the pipeline every file of this worker is checked cheaply by reading its
-first record: a file that is not a TFRecord, or whose records were written for another
-max_seq_length / max_predictions_per_seq (a phase-2 file in a phase-1 run), stops with one
-sentence naming the file instead of a parse error from deep inside TensorFlow. Corruption
+Records come masked (static: Google's layout) or unmasked (dynamic: data/pretraining/schema.py);
+unmasked records are masked as they are read (training/masking.py), each by its position in the
+data order, so every epoch draws new masks and a resumed run the same ones.
+
+Before building the pipeline every file is checked cheaply by reading its first record: a file
+that is not a TFRecord, whose records were written for another max_seq_length /
+max_predictions_per_seq (a phase-2 file in a phase-1 run), or whose layout differs from the other
+files', stops with one sentence naming the file instead of a parse error from deep inside
+TensorFlow. Corruption
 further into a file surfaces from TensorFlow as DataLossError at the step that reaches it,
 without the file's name; `naming_corrupt_files` then has `verify_files` walk every record (CRCs
 included) to name the culprit. Problems a user can fix raise common.errors.UserError.
@@ -18,6 +23,7 @@ included) to name the culprit. Problems a user can fix raise common.errors.UserE
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import tensorflow as tf
@@ -30,24 +36,29 @@ DEFAULT_SHUFFLE_WINDOW = 10000
 
 
 def check_file(path, max_seq_length, max_predictions_per_seq):
-    """Reads the first record of `path` and checks it against the schema and sizes.
+    """Reads the first record of `path` and checks it against the schema and sizes; returns its
+    layout (schema.Layout), or None for an empty file.
 
     Raises UserError naming the file on a non-TFRecord, corrupt or mismatched record."""
-    expected = schema.feature_lengths(max_seq_length, max_predictions_per_seq)
     try:
         first = next(tfrecord.read_records(path, verify=True, limit=1), None)
     except tfrecord.CorruptRecordError as e:
         raise UserError(f"{e} Regenerate it or remove it from the input.") from None
     if first is None:
-        return  # an empty file contributes nothing; not an error
+        return None  # an empty file contributes nothing; not an error
     try:
         found = schema.example_lengths(first)
     except Exception as e:  # protobuf's DecodeError, whatever its module
         raise UserError(f"{path}: its first record is not a tf.train.Example ({e}).") from None
-    dtypes = {f.name: f.dtype for f in schema.FEATURES}
+    layout = schema.layout_of(found)
+    if layout is None:
+        closest = max(schema.LAYOUTS, key=lambda known: len(set(known.names) & set(found)))
+        missing = [n for n in closest.names if n not in found]
+        what = f"lack the feature {missing[0]!r}" if missing else f"hold other features {sorted(found)}"
+        raise UserError(f"{path}: its records {what}; is it a pretraining file?")
+    expected = schema.feature_lengths(max_seq_length, max_predictions_per_seq, layout)
+    dtypes = {f.name: f.dtype for f in layout.features}
     for name, length in expected.items():
-        if name not in found:
-            raise UserError(f"{path}: its records lack the feature {name!r}; is it a pretraining file?")
         kind, n = found[name]
         if kind != dtypes[name] or n != length:
             hint = ""
@@ -61,6 +72,24 @@ def check_file(path, max_seq_length, max_predictions_per_seq):
                 f"{path}: feature {name!r} holds {n} {kind} values but max_seq_length={max_seq_length}, "
                 f"max_predictions_per_seq={max_predictions_per_seq} need {length} {dtypes[name]}{hint}."
             )
+    return layout
+
+
+def check_files(files, max_seq_length, max_predictions_per_seq):
+    """check_file on every file; returns their one layout (the static one when every file is
+    empty). Raises UserError naming two files whose layouts differ."""
+    seen = {}
+    for path in files:
+        layout = check_file(path, max_seq_length, max_predictions_per_seq)
+        if layout is not None:
+            seen.setdefault(layout, path)
+    if len(seen) > 1:
+        (a, first), (b, second) = list(seen.items())[:2]
+        raise UserError(
+            f"The input mixes record layouts: {first} is {a.describe()} but {second} is {b.describe()}; "
+            "give files of one TFRecord stage."
+        )
+    return next(iter(seen), schema.STATIC_LAYOUT)
 
 
 def verify_files(files):
@@ -126,21 +155,51 @@ def record_counts(files, counting=None) -> list[int]:
     return counts
 
 
-def _parse(max_seq_length, max_predictions_per_seq, bin_size=0):
-    """Parses a batch of records, cut to its bin length when bin_size (training/length_bins.py)."""
-    from training.length_bins import trim
+@dataclasses.dataclass(frozen=True)
+class Masking:
+    """How unmasked (dynamic) records are masked as they are read: training/masking.py's rules
+    with this probability, max_predictions_per_seq and seed."""
 
-    def parse(serialized):
-        features = schema.parse_examples(serialized, max_seq_length, max_predictions_per_seq)
+    masked_lm_prob: float = 0.15
+    seed: int = 12345
+
+
+def _parse(max_seq_length, max_predictions_per_seq, bin_size=0, layout=schema.STATIC_LAYOUT, masking=None):
+    """Parses a batch of records, masks unmasked ones by their positions in the order (elements
+    (positions int64 [B], records [B]) then), and cuts it to its bin length when bin_size
+    (training/length_bins.py)."""
+    from training.length_bins import trim
+    from training.masking import mask_sequences
+
+    if layout.masking == schema.STATIC:
+
+        def parse(serialized):
+            features = schema.parse_examples(serialized, max_seq_length, max_predictions_per_seq)
+            return trim(features, bin_size, max_seq_length)
+
+        return parse
+    masking = masking or Masking()
+
+    def parse_and_mask(positions, serialized):
+        unmasked = schema.parse_examples(serialized, max_seq_length, max_predictions_per_seq, layout)
+        features = mask_sequences(
+            unmasked,
+            positions,
+            seed=masking.seed,
+            masked_lm_prob=masking.masked_lm_prob,
+            max_predictions_per_seq=max_predictions_per_seq,
+        )
         return trim(features, bin_size, max_seq_length)
 
-    return parse
+    return parse_and_mask
 
 
 def _record_lengths(max_seq_length):
-    """Serialized records [N] -> their real token counts int32 [N], reading input_mask alone."""
+    """Serialized records [N] -> their real token counts int32 [N], reading input_mask alone (the
+    records' positions in the order may come first: they are ignored)."""
 
-    def lengths(serialized):
+    def lengths(*element):
+        serialized = element[-1]
         spec = {schema.INPUT_MASK: tf.io.FixedLenFeature([max_seq_length], tf.int64)}
         mask = tf.io.parse_example(serialized, spec)[schema.INPUT_MASK]
         return tf.cast(tf.reduce_sum(mask, axis=1), tf.int32)
@@ -162,9 +221,12 @@ def training_dataset(
     count=None,
     accumulation=1,
     bin_size=0,
+    masked_lm_prob=0.15,
+    layout=None,
 ):
     """One worker's micro-batches of the global order of `files` (training/data_order.py), from
-    sequence `start` of it, endless, each file checked first.
+    sequence `start` of it, endless, each file checked first (unless `layout` says what
+    check_files found).
 
     Args:
       files: TFRecord paths (every worker gets all of them; the order decides who reads what).
@@ -178,6 +240,7 @@ def training_dataset(
       accumulation, bin_size: with bin_size > 0, each update's W x k x B records (k =
         accumulation) are sorted by length and dealt to the workers, each micro-batch cut to its
         bin length L (training/length_bins.py); 0: every micro-batch S long, every W-th to a worker.
+      masked_lm_prob: unmasked records only: the masking probability (the seed is `seed`).
 
     Returns a tf.data.Dataset of dicts: input_ids, input_mask, segment_ids int32 [B, S] ([B, L]
     binned);
@@ -188,12 +251,13 @@ def training_dataset(
 
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
-    for path in files:
-        check_file(path, max_seq_length, max_predictions_per_seq)
+    layout = layout or check_files(files, max_seq_length, max_predictions_per_seq)
     counts = (count or record_counts)(files)
     if sum(counts) == 0:
         raise UserError(f"{', '.join(files[:3])}{' ...' if len(files) > 3 else ''} hold no record.")
     order = records_in_order(files, counts, seed=seed, window=window, start=start)
+    if layout.masking == schema.DYNAMIC:
+        order = order.enumerate(start=start)  # (position in the order, record): the masks' counter
     d = worker_micro_batches(
         order,
         batch_size,
@@ -204,7 +268,7 @@ def training_dataset(
     )
     # Parsing whole batches is several times faster than example by example.
     d = d.map(
-        _parse(max_seq_length, max_predictions_per_seq, bin_size),
+        _parse(max_seq_length, max_predictions_per_seq, bin_size, layout, Masking(masked_lm_prob, seed)),
         num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=True,
     )
@@ -215,31 +279,43 @@ EVALUATION_SORT_BATCHES = 64  # batches of records sorted by length together
 
 
 def evaluation_dataset(
-    file_patterns, batch_size, max_seq_length, max_predictions_per_seq, *, bin_size=0, max_batches=None
+    file_patterns,
+    batch_size,
+    max_seq_length,
+    max_predictions_per_seq,
+    *,
+    bin_size=0,
+    max_batches=None,
+    masked_lm_prob=0.15,
+    seed=12345,
 ):
     """The records of `file_patterns` (globs: a list, or one comma-separated string), in file
     order, once (the first max_batches x batch_size when max_batches), in batches of `batch_size`
     (the last one partial), each file checked first. With bin_size > 0 every
     EVALUATION_SORT_BATCHES batches' records are sorted by length and each batch is cut to its bin
-    length: the same records, so the same sums, in fewer FLOPs."""
+    length: the same records, so the same sums, in fewer FLOPs. Unmasked records are masked by
+    their position in file order and `seed`: the same masks at every evaluation."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
     files = expand_globs(file_patterns)
-    for path in files:
-        check_file(path, max_seq_length, max_predictions_per_seq)
+    layout = check_files(files, max_seq_length, max_predictions_per_seq)
     d = tf.data.TFRecordDataset(files)
+    if layout.masking == schema.DYNAMIC:
+        d = d.enumerate()
     if max_batches is not None:
         d = d.take(max_batches * batch_size)
     if bin_size:
         lengths = _record_lengths(max_seq_length)
 
-        def by_length(records):
-            return tf.gather(records, tf.argsort(lengths(records), stable=True))
+        def by_length(*element):
+            order = tf.argsort(lengths(*element), stable=True)
+            sorted_element = tuple(tf.gather(part, order) for part in element)
+            return sorted_element if len(element) > 1 else sorted_element[0]
 
         d = d.batch(batch_size * EVALUATION_SORT_BATCHES).map(by_length).unbatch()
     d = d.batch(batch_size, drop_remainder=False)
     d = d.map(
-        _parse(max_seq_length, max_predictions_per_seq, bin_size),
+        _parse(max_seq_length, max_predictions_per_seq, bin_size, layout, Masking(masked_lm_prob, seed)),
         num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=True,
     )

@@ -10,7 +10,7 @@ bertPrep so its users find things where they expect them:
                                                                   <dataset>_{training,test}_<i>.txt
     <root>/vocab/<dataset>/vocab.txt   (or spm.model)             a vocabulary trained on the shards
     <root>/tfrecord/lower_case_<0|1>_seq_len_<S>_max_pred_<P>_masked_lm_prob_<p>_random_seed_<r>_
-        dupe_factor_<d>_shard_<N>_test_split_<pct>/<dataset>/{training,test}/<shard>.tfrecord
+        dupe_factor_<d>[_masking_dynamic]_shard_<N>_test_split_<pct>/<dataset>/{training,test}/<shard>.tfrecord
 
 This is also the one place for NVIDIA's recipe values that the launchers share (shard counts,
 test fraction, phase 1 = 128/20 and phase 2 = 512/80, dupe_factor, masking, seed):
@@ -104,13 +104,16 @@ def tfrecord_dir(
     dupe_factor: int,
     n_training_shards: int,
     fraction_test: float,
+    masking: str = "static",
 ) -> str:
-    """NVIDIA's directory name for one set of TFRecord parameters (its launchers glob <this>/training/*)."""
+    """NVIDIA's directory name for one set of TFRecord parameters (its launchers glob <this>/training/*);
+    unmasked records (masking "dynamic") add `_masking_dynamic` after the dupe factor."""
     name = (
         f"lower_case_{int(bool(do_lower_case))}_seq_len_{max_seq_length}"
         f"_max_pred_{max_predictions_per_seq}_masked_lm_prob_{format_fraction(masked_lm_prob)}"
         f"_random_seed_{random_seed}_dupe_factor_{dupe_factor}"
-        f"_shard_{n_training_shards}_test_split_{int(round(fraction_test * 100))}"
+        + ("_masking_dynamic" if masking == "dynamic" else "")
+        + f"_shard_{n_training_shards}_test_split_{int(round(fraction_test * 100))}"
     )
     return os.path.join(root, "tfrecord", name, dataset)
 

@@ -355,14 +355,16 @@ static uint8_t *put_varint(uint8_t *p, uint64_t v) {
     return p;
 }
 
-/* Feature kinds, in the order the keys are passed (data/schema.py decides the order). */
+/* Feature kinds: data/pretraining/schema.py's ALL_FEATURES, in its order. A layout names some
+ * of them (static: the first seven; dynamic: no masked-LM ones) in serialization order. */
 enum { F_INPUT_IDS, F_INPUT_MASK, F_SEGMENT_IDS, F_MLM_POSITIONS, F_MLM_IDS, F_MLM_WEIGHTS,
-       F_NSP_LABELS, F_COUNT };
+       F_NSP_LABELS, F_MASKING_IDS, F_WORD_CONTINUES, F_COUNT };
 
 typedef struct {
     const uint8_t *keys; /* concatenated feature names */
     const int32_t *key_len;
     const int32_t *kind; /* F_* of each feature, in serialization order */
+    int32_t n;           /* features in the layout */
 } layout_t;
 
 /* Serializes one example from dense feature arrays into `p` (no framing); returns the end.
@@ -370,12 +372,12 @@ typedef struct {
  * first (at most 10 bytes per int64), then headers and values are laid out. */
 static uint8_t *put_example(uint8_t *p, const layout_t *lay, int32_t S, int32_t P,
                             const int64_t *feat[F_COUNT], const float *weights, uint8_t *scratch) {
-    const int32_t len[F_COUNT] = {S, S, S, P, P, P, 1};
+    const int32_t len[F_COUNT] = {S, S, S, P, P, P, 1, 4, S};
     uint8_t *values[F_COUNT];
     int64_t packed[F_COUNT], list[F_COUNT], feature[F_COUNT], entry[F_COUNT];
     int64_t body = 0;
     uint8_t *q = scratch;
-    for (int f = 0; f < F_COUNT; f++) {
+    for (int f = 0; f < lay->n; f++) {
         int kind = lay->kind[f], n = len[kind];
         values[f] = q;
         if (kind == F_MLM_WEIGHTS) {
@@ -394,7 +396,7 @@ static uint8_t *put_example(uint8_t *p, const layout_t *lay, int32_t S, int32_t 
     *p++ = 0x0a; /* Example { features = 1 } */
     p = put_varint(p, body);
     const uint8_t *key = lay->keys;
-    for (int f = 0; f < F_COUNT; f++) {
+    for (int f = 0; f < lay->n; f++) {
         int kind = lay->kind[f];
         *p++ = 0x0a; /* Features { map<string, Feature> feature = 1 } */
         p = put_varint(p, entry[f]);
@@ -428,23 +430,30 @@ static uint8_t *frame_record(uint8_t *p, int64_t n) {
     return p + 16 + n;
 }
 
-/* Upper bound of one framed record, for sizing buffers. */
-int64_t bert_max_record_size(int32_t S, int32_t P, const int32_t *key_len) {
+/* Upper bound of one framed record of a layout with `n` features, for sizing buffers. */
+int64_t bert_max_record_size(int32_t S, int32_t P, const int32_t *key_len, int32_t n) {
     int64_t size = 16 + 16;
-    for (int f = 0; f < F_COUNT; f++) size += 24 + key_len[f];
-    return size + (int64_t)S * (10 + 1 + 1) + (int64_t)P * (10 + 10 + 4) + 10;
+    for (int f = 0; f < n; f++) size += 24 + key_len[f];
+    return size + (int64_t)S * (10 + 1 + 1 + 1) + (int64_t)P * (10 + 10 + 4) + 10 + 4 * 10;
 }
 
-/* Writes framed records for instances order[0:n] into `dst` (capacity `cap` bytes).
- * Returns the number of bytes written, or -1 if `dst` is too small. */
+/* Writes framed records for instances order[0:n] into `dst` (capacity `cap` bytes); a layout
+ * without masked-LM features gets the instances unmasked (the dynamic layout). `feature_work`
+ * holds 4 S + 2 P + 5 int64. Returns the number of bytes written, or -1 if `dst` is too small. */
 int64_t bert_serialize_instances(const corpus_t *c, const instances_t *ins, const int64_t *order,
                                  int64_t n, const layout_t *lay, uint8_t *dst, int64_t cap,
                                  int64_t *feature_work, float *weight_work, int32_t *buf) {
     const int32_t S = c->max_seq_length, P = c->max_predictions;
-    const int64_t bound = bert_max_record_size(S, P, lay->key_len);
+    const int64_t bound = bert_max_record_size(S, P, lay->key_len, lay->n);
     int64_t *ids = feature_work, *mask = ids + S, *seg = mask + S, *mpos = seg + S;
-    int64_t *mids = mpos + P, *nsp = mids + P;
-    const int64_t *feat[F_COUNT] = {ids, mask, seg, mpos, mids, NULL, nsp};
+    int64_t *mids = mpos + P, *nsp = mids + P, *masking = nsp + 1, *cont = masking + 4;
+    const int64_t *feat[F_COUNT] = {ids, mask, seg, mpos, mids, NULL, nsp, masking, cont};
+    int unmasked = 1;
+    for (int f = 0; f < lay->n; f++) unmasked &= lay->kind[f] != F_MLM_POSITIONS;
+    masking[0] = c->cls_id;
+    masking[1] = c->sep_id;
+    masking[2] = c->mask_id;
+    masking[3] = c->n_ids;
     uint8_t *scratch = malloc((size_t)bound);
     if (!scratch) return -2;
     uint8_t *p = dst;
@@ -456,7 +465,7 @@ int64_t bert_serialize_instances(const corpus_t *c, const instances_t *ins, cons
         int64_t k = order[r];
         int32_t a_len = ins->a_len[k], b_len = ins->b_len[k];
         int32_t len = build_tokens(c, ins->a_start[k], a_len, ins->b_start[k], b_len, buf);
-        int32_t nm = ins->n_masked[k];
+        int32_t nm = unmasked ? 0 : ins->n_masked[k];
         const int32_t *pos = ins->masked_pos + k * P, *tok = ins->masked_token + k * P;
         for (int32_t m = 0; m < P; m++) {
             mpos[m] = m < nm ? pos[m] : 0;
@@ -468,6 +477,7 @@ int64_t bert_serialize_instances(const corpus_t *c, const instances_t *ins, cons
             ids[t] = t < len ? buf[t] : 0;
             mask[t] = t < len;
             seg[t] = (t >= a_len + 2 && t < len) ? 1 : 0;
+            cont[t] = t < len ? c->is_continuation[buf[t]] : 0;
         }
         nsp[0] = ins->is_random_next[k];
         uint8_t *end = put_example(p + 12, lay, S, P, feat, weight_work, scratch);
@@ -482,7 +492,7 @@ int64_t bert_serialize_example(const layout_t *lay, int32_t S, int32_t P, const 
                                const int64_t *mask, const int64_t *seg, const int64_t *mpos,
                                const int64_t *mids, const float *weights, const int64_t *nsp,
                                uint8_t *dst) {
-    const int64_t *feat[F_COUNT] = {ids, mask, seg, mpos, mids, NULL, nsp};
+    const int64_t *feat[F_COUNT] = {ids, mask, seg, mpos, mids, NULL, nsp, NULL, NULL};
     /* Any int64 values here (not only the 0/1 of masks): 10 bytes each at most. */
     uint8_t *scratch = malloc((size_t)(10 * (3 * (int64_t)S + 2 * (int64_t)P + 1) + 4 * (int64_t)P + 16));
     if (!scratch) return -2;

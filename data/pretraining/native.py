@@ -104,7 +104,12 @@ class Instances(ctypes.Structure):
 
 
 class Layout(ctypes.Structure):
-    _fields_ = [("keys", ctypes.c_char_p), ("key_len", ctypes.c_void_p), ("kind", ctypes.c_void_p)]
+    _fields_ = [
+        ("keys", ctypes.c_char_p),
+        ("key_len", ctypes.c_void_p),
+        ("kind", ctypes.c_void_p),
+        ("n", ctypes.c_int32),
+    ]
 
 
 def _compiler():
@@ -176,7 +181,7 @@ def _bind(lib):
     lib.bert_create_instances.restype = ctypes.c_int32
     lib.bert_crc32c.argtypes = [ctypes.c_char_p, ctypes.c_int64]
     lib.bert_crc32c.restype = ctypes.c_uint32
-    lib.bert_max_record_size.argtypes = [ctypes.c_int32, ctypes.c_int32, _i32p]
+    lib.bert_max_record_size.argtypes = [ctypes.c_int32, ctypes.c_int32, _i32p, ctypes.c_int32]
     lib.bert_max_record_size.restype = ctypes.c_int64
     lib.bert_serialize_instances.argtypes = [
         ctypes.POINTER(Corpus),
@@ -269,7 +274,7 @@ class NativeLayout:
         self.keys = keys
         self.key_len = np.asarray(key_lengths, np.int32)
         self.kind = np.asarray(kinds, np.int32)
-        self.struct = Layout(keys, self.key_len.ctypes.data, self.kind.ctypes.data)
+        self.struct = Layout(keys, self.key_len.ctypes.data, self.kind.ctypes.data, len(self.kind))
 
 
 class NativeCorpus:
@@ -395,10 +400,10 @@ class RecordSerializer:
         o = corpus.options
         self.lib, self.corpus, self.layout, self.batch = lib, corpus, layout, batch
         self.record_bound = lib.bert_max_record_size(
-            o.max_seq_length, o.max_predictions_per_seq, layout.key_len
+            o.max_seq_length, o.max_predictions_per_seq, layout.key_len, len(layout.key_len)
         )
         self.buffer = np.empty(self.record_bound * batch, np.uint8)
-        self.features = np.empty(3 * o.max_seq_length + 2 * o.max_predictions_per_seq + 1, np.int64)
+        self.features = np.empty(4 * o.max_seq_length + 2 * o.max_predictions_per_seq + 5, np.int64)
         self.weights = np.empty(o.max_predictions_per_seq, np.float32)
         self.tokens = np.empty(o.max_seq_length, np.int32)
 

@@ -134,8 +134,11 @@ def _check_settings(
     max_predictions_per_seq,
     masked_lm_prob,
     dupe_factor,
+    masking,
     **_,
 ) -> None:
+    if masking not in ("static", "dynamic"):
+        raise UserError(f"--masking must be static or dynamic (got {masking!r}).")
     if (vocab_file is None) == (spm_model_file is None):
         raise UserError(
             "Give exactly one of --vocab_file or --spm_model_file (or run --action vocab "
@@ -278,6 +281,7 @@ def create_tfrecord_files(
     dupe_factor: int = 5,
     random_seed: int = 12345,
     do_whole_word_mask: bool = False,
+    masking: str = "static",
     n_processes: int = 1,
     rank: int = 0,
     world: int = 1,
@@ -299,6 +303,7 @@ def create_tfrecord_files(
         "short_seq_prob": short_seq_prob,
         "dupe_factor": dupe_factor,
         "do_whole_word_mask": do_whole_word_mask,
+        "masking": masking,
     }
     _check_settings(vocab_file, spm_model_file, n_processes, **options)
     tokenizer_args = _tokenizer_args(vocab_file, spm_model_file, do_lower_case)
@@ -307,7 +312,9 @@ def create_tfrecord_files(
     for split in paths.SPLITS:
         ensure_writable_dir(os.path.join(output_dir, split), "TFRecord output directory")
     params = {
-        **options,
+        # Static records' manifests keep the parameters they had before dynamic masking existed,
+        # so that a re-run still finds them verified.
+        **{k: v for k, v in options.items() if k != "masking" or v != "static"},
         "random_seed": random_seed,
         "do_lower_case": do_lower_case,
         "vocab_sha256": sha256_file(vocab_file or spm_model_file),

@@ -218,13 +218,19 @@ def _discard(opened):
             pass
 
 
-def _native_instances(corpus, tokenizer, options, rng, log, lib):
-    """Instances via C; leaves `rng` where the reference leaves it. Returns (store, order)."""
-    vocab = tokenizer.vocab
+def _continuation_table(vocab) -> np.ndarray:
+    """uint8 [largest id + 1]: 1 where the token is a "##" piece."""
     continuation = np.zeros(max(vocab.values()) + 1, np.uint8)
     for token, index in vocab.items():
         if is_continuation_piece(token):
             continuation[index] = 1
+    return continuation
+
+
+def _native_instances(corpus, tokenizer, options, rng, log, lib):
+    """Instances via C; leaves `rng` where the reference leaves it. Returns (store, order)."""
+    vocab = tokenizer.vocab
+    continuation = _continuation_table(vocab)
     state = native.MTState.from_random(rng)
     doc_perm = native.shuffled_indices(lib, state, corpus.num_documents)  # rng.shuffle(docs)
     native_corpus = native.NativeCorpus(
@@ -257,9 +263,9 @@ def _native_instances(corpus, tokenizer, options, rng, log, lib):
     return native_corpus, store, order
 
 
-def _write_native(opened, native_corpus, store, order, lib, progress_bytes):
-    layout = native.NativeLayout(*schema.native_layout())
-    serializer = native.RecordSerializer(lib, native_corpus, layout)
+def _write_native(opened, native_corpus, store, order, lib, progress_bytes, layout):
+    """Writes the instances round robin; returns the masked token count (0 unmasked)."""
+    serializer = native.RecordSerializer(lib, native_corpus, native.NativeLayout(*schema.native_layout(layout)))
     n_out, total = len(opened), len(order)
     done = 0
     for j, (_, _, writer) in enumerate(opened):
@@ -269,24 +275,48 @@ def _write_native(opened, native_corpus, store, order, lib, progress_bytes):
             writer.write_framed(serializer.serialize(store, part))
             done += len(part)
             progress_bytes(done / max(total, 1))
+    if layout.masking == schema.DYNAMIC:
+        return 0
     return int(store.n_masked[: store.count].sum())
 
 
-def _write_python(opened, instances, options, progress_bytes):
+def masking_ids(tokenizer) -> tuple:
+    """The dynamic layout's masking_ids: [CLS], [SEP] and [MASK] ids and the vocabulary size (one
+    more than its largest id: Google's random replacements are any vocabulary line)."""
+    return (tokenizer.cls_id, tokenizer.sep_id, tokenizer.mask_id, max(tokenizer.vocab.values()) + 1)
+
+
+def _unmasked_features(inst, options, ids, continuation):
+    """An instance of the reference path as the dynamic layout's features: its masks undone."""
+    tokens = list(inst.tokens)
+    for position, label in zip(inst.masked_lm_positions, inst.masked_lm_labels):
+        tokens[position] = label
+    words = [int(continuation[t]) for t in tokens] if options.do_whole_word_mask else None
+    return schema.unmasked_features(
+        tokens, inst.segment_ids, inst.is_random_next, ids, words, options.max_seq_length
+    )
+
+
+def _write_python(opened, instances, options, progress_bytes, layout, tokenizer):
     S, P = options.max_seq_length, options.max_predictions_per_seq
     masked = 0
+    if layout.masking == schema.DYNAMIC:
+        ids, continuation = masking_ids(tokenizer), _continuation_table(tokenizer.vocab)
     for k, inst in enumerate(instances):
-        features = schema.pad_features(
-            inst.tokens,
-            inst.segment_ids,
-            inst.masked_lm_positions,
-            inst.masked_lm_labels,
-            inst.is_random_next,
-            S,
-            P,
-        )
-        opened[k % len(opened)][2].write(schema.serialize_example(features))
-        masked += len(inst.masked_lm_positions)
+        if layout.masking == schema.DYNAMIC:
+            features = _unmasked_features(inst, options, ids, continuation)
+        else:
+            features = schema.pad_features(
+                inst.tokens,
+                inst.segment_ids,
+                inst.masked_lm_positions,
+                inst.masked_lm_labels,
+                inst.is_random_next,
+                S,
+                P,
+            )
+            masked += len(inst.masked_lm_positions)
+        opened[k % len(opened)][2].write(schema.serialize_example(features, layout))
         if k % 4096 == 4095:
             progress_bytes((k + 1) / len(instances))
     progress_bytes(1.0)
@@ -294,7 +324,15 @@ def _write_python(opened, instances, options, progress_bytes):
 
 
 def _create_training_files(
-    input_files, output_files, tokenizer, options, random_seed, progress=None, log=None, engine="auto"
+    input_files,
+    output_files,
+    tokenizer,
+    options,
+    random_seed,
+    progress=None,
+    log=None,
+    engine="auto",
+    masking=schema.STATIC,
 ):
     """create_training_files with the engine choice ("auto", "native", "python") and a `log`
     callable(str) for stage messages."""
@@ -308,6 +346,9 @@ def _create_training_files(
             raise FileNotFoundError(f"Input file not found: {path!r}.")
     if engine not in ("auto", "native", "python"):
         raise ValueError(f"engine must be auto, native or python, got {engine!r}.")
+    if masking not in schema.MASKINGS:
+        raise ValueError(f"masking must be static or dynamic, got {masking!r}.")
+    layout = schema.Layout(masking, whole_word=masking == schema.DYNAMIC and options.do_whole_word_mask)
     rng = random.Random(random_seed)
     lib = None
     if engine != "python":
@@ -352,13 +393,13 @@ def _create_training_files(
         if lib is not None and native.supports(rng):
             native_corpus, store, order = _native_instances(corpus, tokenizer, options, rng, log, lib)
             num_instances = len(order)
-            masked = _write_native(opened, native_corpus, store, order, lib, write_progress)
+            masked = _write_native(opened, native_corpus, store, order, lib, write_progress, layout)
         else:
             vocab = MaskingVocab.of_ids(tokenizer.vocab)
             instances = create_training_instances(corpus.documents(), rng, options, vocab)
             num_instances = len(instances)
             log(f"created {num_instances:,} instances")
-            masked = _write_python(opened, instances, options, write_progress)
+            masked = _write_python(opened, instances, options, write_progress, layout, tokenizer)
         for _, _, writer in opened:
             writer.close()
         for final, temporary, _ in opened:
@@ -390,6 +431,7 @@ def create_training_files(
     dupe_factor=10,
     random_seed=12345,
     do_whole_word_mask=False,
+    masking=schema.STATIC,
     progress=None,
     log=None,
     engine="auto",
@@ -408,6 +450,9 @@ def create_training_files(
       log: None or a callable(str) for stage messages.
       engine: "auto" (C where a compiler is available), "native" (C or an error) or "python";
         every engine writes the same bytes.
+      masking: "static" (Google's records, masked here) or "dynamic" (the same instances with
+        their masks undone, in data/pretraining/schema.py's dynamic layout: training/masking.py
+        masks them as they are read; with do_whole_word_mask they carry word_continues).
 
     Returns {documents, sentences, tokens, instances, masked_tokens, invalid_utf8_lines,
     seconds}.
@@ -421,5 +466,13 @@ def create_training_files(
         do_whole_word_mask=do_whole_word_mask,
     )
     return _create_training_files(
-        input_files, output_files, tokenizer, options, random_seed, progress=progress, log=log, engine=engine
+        input_files,
+        output_files,
+        tokenizer,
+        options,
+        random_seed,
+        progress=progress,
+        log=log,
+        engine=engine,
+        masking=masking,
     )
