@@ -12,12 +12,19 @@
     python prepare_data.py --action create_tfrecord_files --dataset wikicorpus_en \\
         --vocab_file vocab.txt --max_seq_length 128 --max_predictions_per_seq 20 --n_processes 16
     mpirun -np 4 python prepare_data.py --action create_tfrecord_files ...   # ranks split the shards
+    mpirun --hostfile hosts -np 8 python prepare_data.py --action text_formatting ...  # and the input
 
 Every path comes from data/paths.py under --data_dir (default $BERT_DATA_DIR, else
 <repo>/data_dir). Every stage is restartable: outputs appear under their final names only when
 complete, each output directory has a manifest.json (sha256 and counts per output, and the
 parameters), and a re-run skips verified outputs and redoes missing or corrupt ones. Errors a
 user can cause end the run with one sentence on stderr and exit status 2.
+
+text_formatting, sharding and create_tfrecord_files also run as MPI ranks (mpirun, on one host
+or many sharing the data directory): every rank takes its share with its own
+--n_processes workers, and the outputs are byte for byte those of one process. A rank that dies
+stops the stage (mpirun ends every rank and names it; a rank that hangs is named by the others
+after --rank_timeout_seconds); the same command run again resumes.
 """
 
 from __future__ import annotations
@@ -122,6 +129,13 @@ def define_flags(fv) -> None:
         "Worker processes (default: all cores; per MPI rank: cores / ranks on the node).",
         int,
         default=None,
+    )
+    flag(
+        "rank_timeout_seconds",
+        "Under mpirun/srun: a rank waiting for the others stops the stage, naming the rank, when "
+        "that rank's heartbeat stood still this long (it died or hangs).",
+        float,
+        default=120.0,
     )
     flag("verify", "How a re-run checks existing outputs.", ["sha256", "size"], default="sha256")
     flag("glue_tasks", "Comma-separated GLUE tasks, or all.", str, default="all")
@@ -238,6 +252,8 @@ def _text_formatting(F, ctx: Context) -> dict:
         one_document_per_line=F.one_document_per_line,
         progress_factory=ctx.progress_factory,
         verify=F.verify,
+        comm=ctx.comm,
+        rank_timeout_s=F.rank_timeout_seconds,
     )
 
 
@@ -255,6 +271,8 @@ def _sharding(F, ctx: Context) -> dict:
         max_sentence_chars=F.max_sentence_chars,
         progress_factory=ctx.progress_factory,
         verify=F.verify,
+        comm=ctx.comm,
+        rank_timeout_s=F.rank_timeout_seconds,
     )
 
 
@@ -349,8 +367,12 @@ class Action:
 
 ACTIONS = {
     "download": Action(_download, "fetch and verify a dataset (python_docs, python_qa: build it offline)"),
-    "text_formatting": Action(_text_formatting, "raw corpus -> one clean document per line"),
-    "sharding": Action(_sharding, "formatted corpus -> sentence-per-line training and test shards"),
+    "text_formatting": Action(
+        _text_formatting, "raw corpus -> one clean document per line", uses_mpi_ranks=True
+    ),
+    "sharding": Action(
+        _sharding, "formatted corpus -> sentence-per-line training and test shards", uses_mpi_ranks=True
+    ),
     "vocab": Action(_vocab, "check --vocab_file / --spm_model_file, or train one on the training shards"),
     "create_tfrecord_files": Action(
         _create_tfrecord_files, "every shard -> one pretraining TFRecord file", uses_mpi_ranks=True
@@ -367,9 +389,8 @@ def run(F, environ) -> dict:
         raise UserError(str(e)) from None
     action = ACTIONS[F.action]
     if world > 1 and not action.uses_mpi_ranks:
-        raise UserError(
-            f"--action {F.action} runs in one process; only create_tfrecord_files uses MPI ranks."
-        )
+        ranked = ", ".join(name for name, a in ACTIONS.items() if a.uses_mpi_ranks)
+        raise UserError(f"--action {F.action} runs in one process; {ranked} use MPI ranks.")
     root = paths.data_root(environ, F.data_dir)
     ctx = Context(
         root=root,

@@ -163,6 +163,12 @@ class Manifest:
         """Rank 0, after a barrier: folds every `manifest.*.part.json` into manifest.json and deletes them."""
         merged = Manifest.load(self.directory, self.stage, self.params)
         self.outputs.update(merged.outputs)
+        self.replace_parts()
+
+    def replace_parts(self) -> None:
+        """Rank 0: manifest.json becomes this manifest and every `manifest.*.part.json` is deleted.
+        Before the work of a run over ranks, this manifest already holds what the parts of an
+        interrupted run recorded (load merged them) less the outputs to redo (forgotten)."""
         part, self.part = self.part, None
         self.save()
         for source in glob.glob(os.path.join(self.directory, "manifest.*.part.json")):

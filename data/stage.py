@@ -12,10 +12,13 @@ manifest (data/manifest.py). Every run takes the same steps:
 5. record the outputs once they are in place and save the manifest (`land`), then mark it
    complete: the manifest is written last, so it never names a file that is not there.
 
-`Stage.run` takes these steps in this order for a stage whose outputs land in one go (text
-formatting, sharding, vocabulary). A stage whose outputs land one by one over a long run takes
-them itself: downloads (each source is reported, verified or not, and MRPC is built after
-them) and the TFRecord files (ranks clear the temporaries between barriers and merge manifests).
+`Stage.run` takes these steps in this order for a stage whose outputs land in one go in one
+process (vocabulary). A stage whose outputs land one by one over a long run takes them itself:
+downloads (each source is reported, verified or not, and MRPC is built after them) and the
+TFRecord files (ranks clear the temporaries between barriers and merge manifests). Text
+formatting and sharding run on MPI ranks (data/ranks.py) with `todo_on_ranks`, `start_on_ranks`
+and `finish_on_ranks`: the same steps, each rank verifying and writing its share, rank 0 alone
+clearing and writing manifest.json; with one process they are the steps above.
 """
 
 from __future__ import annotations
@@ -92,6 +95,52 @@ class Stage:
 
     def complete(self) -> None:
         self.manifest.mark_complete()
+
+    # ---- the same steps over MPI ranks (data/ranks.py); with one process, the steps above ----
+
+    def todo_on_ranks(self, relpaths, ranks, current=None) -> list[str]:
+        """Step 2 over ranks: rank r verifies relpaths[r::world] (the hashing is shared); every
+        rank gets the union, in the order of `relpaths`, and forgets those entries."""
+        relpaths = list(relpaths)
+        if ranks.world == 1:
+            return self.todo(relpaths, current)
+        mine = self.todo(relpaths[ranks.rank :: ranks.world], current)
+        redo = {rel for share in ranks.allgather(mine, "deciding what to redo") for rel in share}
+        for relpath in redo:
+            self.manifest.forget(relpath)
+        return [rel for rel in relpaths if rel in redo]
+
+    def start_on_ranks(self, ranks, folders=("",)) -> int:
+        """Step 3 over ranks: rank 0 removes the temporaries of a killed run from `folders` and makes
+        manifest.json what every rank now holds (the outputs to redo forgotten, the manifest parts
+        of an interrupted run folded in); returns how many temporaries it removed."""
+        if ranks.world == 1:
+            return self.clear(folders)
+        ranks.barrier("before clearing the temporaries of an earlier run")
+        removed = 0
+        if ranks.rank == 0:
+            removed = self.clear(folders)
+            self.manifest.replace_parts()
+        ranks.barrier("while rank 0 cleared the temporaries of an earlier run")
+        return removed
+
+    def finish_on_ranks(self, ranks, relpaths) -> None:
+        """Step 5 over ranks, once every rank has `land`ed its outputs (in its manifest part): rank
+        0 folds the parts into manifest.json and marks it complete when every output of
+        `relpaths` is in place; every rank then holds the merged manifest."""
+        if ranks.world == 1:
+            self.complete()
+            return
+        ranks.barrier("before the manifest parts are merged")
+        if ranks.rank == 0:
+            part, self.manifest.part = self.manifest.part, None  # manifest.json, not rank 0's part
+            self.manifest.merge_parts()
+            if all(self.manifest.verified(rel, "size") for rel in relpaths):
+                self.complete()
+            self.manifest.part = part
+        ranks.barrier("while rank 0 merged the manifest parts")
+        loaded = Manifest.load(self.directory, self.manifest.stage, self.manifest.params, self.manifest.part)
+        self.manifest.outputs, self.manifest.complete = loaded.outputs, loaded.complete
 
     def run(self, relpaths, work, *, folders=("",), cleared: str | None = None):
         """Steps 2 to 5 for a stage whose outputs land in one go. Returns None, touching nothing,

@@ -178,12 +178,12 @@ def test_a_failing_or_dying_worker_is_named(tmp_path, case, error, words):
     workers = _Workers(2, [path], {k: str(folder / f"{k[1]}.tmp") for k in keys}, 100, 1000)
     try:
         if case == "input_changed":
-            workers.add(keys[0], 0, os.path.getsize(path) - 3, b"x" * 10)
+            workers.add(keys[0], 0, os.path.getsize(path) - 3, 10)
         if case == "killed":
             os.kill(workers.processes[1].pid, signal.SIGKILL)
             workers.processes[1].join()
             for _ in range(50):
-                workers.add(keys[1], 0, 0, b"x")
+                workers.add(keys[1], 0, 0, 1)
         with pytest.raises(error, match=words):
             workers.finish()
     finally:

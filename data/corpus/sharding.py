@@ -3,26 +3,36 @@
 Output is the format Google's create_pretraining_data reads: one sentence per line, a blank
 line after each document. Documents are never split across shards.
 
-Streaming, in two passes over the formatted input, with memory independent of corpus size:
-1. count the documents (non-empty lines), to check there are enough for the shards and to pick
-   exactly floor(N * fraction_test) test documents, spread evenly through the corpus
-   (document i is a test document iff floor((i+1)T/N) > floor(iT/N));
-2. assign each document, as it arrives, to the currently smallest shard of its split (by input
-   bytes; ties to the lowest index) and append its segmented sentences to that shard through
-   bounded write buffers. The final imbalance is at most one document.
+Streaming, in two passes, with memory independent of corpus size:
+1. index the documents (non-empty lines): (file, offset, length) of each, 24 bytes, into an index
+   file beside the shards; their number checks there are enough for the shards and picks exactly
+   floor(N * fraction_test) test documents, spread evenly through the corpus (document i is a
+   test document iff floor((i+1)T/N) > floor(iT/N));
+2. read the index in order and assign each document to the currently smallest shard of its split
+   (by input bytes; ties to the lowest index); the owner of that shard reads the document from
+   the formatted file, segments it and appends its sentences through bounded write buffers. The
+   final imbalance is at most one document.
 
 The assignment depends only on the input, so a re-run that finds some shards verified
 (manifest) recomputes it and segments and writes only the documents of the missing or
 corrupt shards.
 
-With n processes, the reading process only assigns: each worker owns a fixed set of shards,
-gets (shard, file, offset, length) of their documents in order, reads them itself, segments
-them and writes its own shards. No document crosses a pipe, and each shard still receives its
-documents in corpus order, so the bytes do not depend on the process count.
+With n processes, the process reading the index only assigns: each worker owns a fixed set of
+shards, gets (shard, file, offset, length) of their documents in order, reads them itself,
+segments them and writes its own shards. No document crosses a pipe, and each shard still
+receives its documents in corpus order, so the bytes do not depend on the process count.
+
+On MPI ranks (data/ranks.py; one host or several sharing the output directory) rank r indexes
+the documents that start in its r-th of the input's bytes, every rank reads all the index files
+(the assignment is cheap and the same everywhere) and rank r owns every world-th shard to redo,
+written by its own n processes and recorded in its manifest part; rank 0 merges the parts. The
+bytes do not depend on the rank count either, and a re-run after a lost rank keeps the shards
+the other ranks recorded.
 """
 
 from __future__ import annotations
 
+import array
 import contextlib
 import hashlib
 import heapq
@@ -33,11 +43,13 @@ import sys
 import time
 
 from common.errors import UserError
-from common.files import ensure_writable_dir
+from common.files import ensure_writable_dir, temporary_name
 from data import paths
 from data.corpus.segmentation import split_long, split_sentences
 from data.corpus.text_formatting import Utf8Decoder
 from data.manifest import input_identity
+from data.ranks import DEFAULT_TIMEOUT_S as DEFAULT_RANK_TIMEOUT_S
+from data.ranks import Ranks, reported
 from data.stage import Stage
 
 SEGMENTER_VERSION = 1
@@ -45,15 +57,62 @@ DEFAULT_MAX_SENTENCE_CHARS = 2048
 DEFAULT_BUFFER_BYTES = 8 << 20
 
 
-def _documents(input_files):
-    """(file index, byte offset, line) of every non-empty line of the formatted inputs."""
-    for file_index, path in enumerate(input_files):
-        with open(path, "rb") as f:
-            offset = 0
-            for line in f:
-                if not line.isspace():
-                    yield file_index, offset, line
-                offset += len(line)
+# A document's entry in the index files: (file index, byte offset, length), little-endian int64s.
+_ENTRY = 3
+_ENTRIES_PER_READ = 1 << 16
+
+
+def _index_window(input_files, window, index_path) -> int:
+    """Writes the entry of every non-empty line whose first byte lies in `window` = [lo, hi) of the
+    inputs' bytes one after the other to `index_path`; returns how many. Windows that tile the
+    inputs give every document once, in order."""
+    lo, hi = window
+    entries, count, base = array.array("q"), 0, 0
+    with open(index_path, "wb") as out:
+        for file_index, path in enumerate(input_files):
+            size = os.path.getsize(path)
+            begin, end = max(lo - base, 0), min(hi - base, size)
+            base += size
+            if begin >= end:
+                continue
+            with open(path, "rb") as f:
+                offset = begin
+                if begin > 0:  # the line that starts in the window before: not this window's
+                    f.seek(begin - 1)
+                    if f.read(1) != b"\n":
+                        offset += len(f.readline())
+                while offset < end:
+                    line = f.readline()
+                    if not line:
+                        break
+                    if not line.isspace():
+                        entries.extend((file_index, offset, len(line)))
+                    offset += len(line)
+                    if len(entries) >= _ENTRY * _ENTRIES_PER_READ:
+                        count += _write_entries(out, entries)
+        count += _write_entries(out, entries)
+    return count
+
+
+def _write_entries(out, entries) -> int:
+    if sys.byteorder != "little":
+        entries.byteswap()
+    out.write(entries.tobytes())
+    n = len(entries) // _ENTRY
+    del entries[:]
+    return n
+
+
+def _indexed_documents(index_paths):
+    """(file index, offset, length) of every document, from the index files in order."""
+    for index_path in index_paths:
+        with open(index_path, "rb") as f:
+            while chunk := f.read(8 * _ENTRY * _ENTRIES_PER_READ):
+                entries = array.array("q", chunk)
+                if sys.byteorder != "little":
+                    entries.byteswap()
+                for i in range(0, len(entries), _ENTRY):
+                    yield entries[i], entries[i + 1], entries[i + 2]
 
 
 _decoder = None  # one per process: codecs keeps every registered error handler forever
@@ -106,22 +165,28 @@ class _ShardWriters:
 
 
 class _Segmenter:
-    """Splits documents into sentences and appends them to their shards' temporary files, in the
-    order they come: the stage's work after the assignment, in whichever process owns the shards.
+    """Reads documents, splits them into sentences and appends them to their shards' temporary
+    files, in the order they come: the stage's work after the assignment, in whichever process
+    owns the shards.
 
-    The decoding and encoding happen here too, so the process that assigns only moves offsets.
+    The reading, decoding and encoding happen here, so the process that assigns only moves offsets.
     """
 
-    def __init__(self, targets: dict, max_chars: int, buffer_bytes: int):
+    def __init__(self, input_files, targets: dict, max_chars: int, buffer_bytes: int):
+        self.input_files = input_files
+        self.files = [open(path, "rb") for path in input_files]
         self.writers = _ShardWriters(targets, buffer_bytes)
         self.max_chars = max_chars
         self.decoder = _process_decoder()
         self.invalid_at_start = self.decoder.invalid
         self.stats = {key: dict.fromkeys(_SEGMENT_STATS, 0) for key in targets}
 
-    def add(self, key, file_index, offset, line: bytes):
-        """One document, in the reading process (the line at `offset` of file `file_index`)."""
-        self.segment(key, line)
+    def add(self, key, file_index, offset, length: int):
+        """One document: the `length` bytes at `offset` of input `file_index`."""
+        raw = os.pread(self.files[file_index].fileno(), length, offset)
+        if len(raw) != length:
+            raise UserError(f"{self.input_files[file_index]} changed while it was being sharded; run again.")
+        self.segment(key, raw)
 
     def segment(self, key, raw: bytes):
         sentences, cut = [], 0
@@ -139,7 +204,12 @@ class _Segmenter:
         """Writes what is buffered and syncs it; returns [(shard -> counts, invalid UTF-8 sequences
         replaced, shard -> sha256)]."""
         digests = self.writers.finish()
+        self.stop()
         return [(self.stats, self.decoder.invalid - self.invalid_at_start, digests)]
+
+    def stop(self):
+        for f in self.files:
+            f.close()
 
 
 _SEGMENT_STATS = ("sentences", "one_sentence_documents", "long_sentences_split")
@@ -152,17 +222,10 @@ def _segment_worker(input_files, targets, max_chars, buffer_bytes, tasks, result
     offset, length), then None) into its own shards `targets`; puts ("done", stats, invalid,
     digests) or ("error", user error?, message) on `results`."""
     try:
-        segmenter = _Segmenter(targets, max_chars, buffer_bytes)
-        with contextlib.ExitStack() as stack:
-            files = [stack.enter_context(open(path, "rb")) for path in input_files]
-            while (batch := tasks.get()) is not None:
-                for key, file_index, offset, length in batch:
-                    raw = os.pread(files[file_index].fileno(), length, offset)
-                    if len(raw) != length:
-                        raise UserError(
-                            f"{input_files[file_index]} changed while it was being sharded; run again."
-                        )
-                    segmenter.segment(key, raw)
+        segmenter = _Segmenter(input_files, targets, max_chars, buffer_bytes)
+        while (batch := tasks.get()) is not None:
+            for key, file_index, offset, length in batch:
+                segmenter.add(key, file_index, offset, length)
         results.put(("done", *segmenter.finish()[0]))
     except UserError as e:
         results.put(("error", True, str(e)))
@@ -192,10 +255,10 @@ class _Workers:
             self.processes.append(process)
         self.done = []
 
-    def add(self, key, file_index, offset, line: bytes):
+    def add(self, key, file_index, offset, length: int):
         """One document: its owner reads it from the file itself."""
         w = self.owner[key]
-        self.batches[w].append((key, file_index, offset, len(line)))
+        self.batches[w].append((key, file_index, offset, length))
         if len(self.batches[w]) >= _BATCH:
             self._send(w, self.batches[w])
             self.batches[w] = []
@@ -268,10 +331,16 @@ def shard_corpus(
     buffer_bytes: int = DEFAULT_BUFFER_BYTES,
     progress_factory=None,
     verify: str = "sha256",
+    comm=None,
+    rank_timeout_s: float = DEFAULT_RANK_TIMEOUT_S,
     log=None,
 ) -> dict:
-    """Writes <output_dir>/{training,test}/<dataset>_{split}_<i>.txt; returns the stage stats.
+    """Writes <output_dir>/{training,test}/<dataset>_{split}_<i>.txt; returns the stage stats (the
+    same on every rank).
 
+    Under MPI (`comm`, an mpi4py communicator; None for one process) every rank indexes its share
+    of the input's bytes, assigns every document from the index files, and segments and writes
+    every world-th shard to redo with its `n_processes` workers: the bytes of any one process.
     Raises UserError when the shard counts or the test fraction do not fit the corpus.
     """
     log = log or (lambda message: print(message, file=sys.stderr, flush=True))
@@ -302,99 +371,154 @@ def shard_corpus(
         "max_sentence_chars": max_sentence_chars,
         "segmenter_version": SEGMENTER_VERSION,
     }
-    stage = Stage(output_dir, "sharding", params, verify=verify, log=log)
     shards = {("training", i): paths.shard_name(dataset, "training", i) for i in range(n_training_shards)}
     shards.update({("test", i): paths.shard_name(dataset, "test", i) for i in range(n_test_shards)})
     relpaths = {key: f"{key[0]}/{name}" for key, name in shards.items()}
-
-    def work(todo_relpaths):
-        redo = set(todo_relpaths)
-        todo = {key for key, rel in relpaths.items() if rel in redo}
-        if len(todo) < len(relpaths):
-            log(f"[sharding] {len(relpaths) - len(todo)} shards verified; redoing {len(todo)}.")
+    settings = {
+        "n_training_shards": n_training_shards,
+        "n_test_shards": n_test_shards,
+        "fraction_test": fraction_test,
+        "n_processes": n_processes,
+        "max_sentence_chars": max_sentence_chars,
+        "buffer_bytes": buffer_bytes,
+    }
+    with Ranks(comm, output_dir, "sharding", rank_timeout_s, log) as ranks:
+        layout = ranks.layout()  # ranks and hosts, for the summary
+        part = f"rank{ranks.rank}" if ranks.world > 1 else None
+        stage = Stage(output_dir, "sharding", params, verify=verify, log=log, part=part)
+        todo_relpaths = stage.todo_on_ranks(relpaths.values(), ranks)
+        if not todo_relpaths:
+            if not stage.manifest.complete:  # an interrupted run's last outputs all landed
+                stage.finish_on_ranks(ranks, relpaths.values())
+            if ranks.rank == 0:
+                log(
+                    f"[sharding] all {len(relpaths)} shards in {output_dir} are complete and verified; skipped."
+                )
+            ranks.barrier("before the stage ends")
+            return {
+                **stage.manifest.totals(relpaths.values()),
+                "shards": len(relpaths),
+                "redone": 0,
+                **layout,
+                "skipped": True,
+            }
+        if len(todo_relpaths) < len(relpaths) and ranks.rank == 0:
+            log(
+                f"[sharding] {len(relpaths) - len(todo_relpaths)} shards verified; redoing {len(todo_relpaths)}."
+            )
+        stage.start_on_ranks(ranks, ("", *paths.SPLITS))
         start = time.monotonic()
-        n_documents = sum(1 for _ in _documents(input_files))
-        n_test_docs = int(n_documents * fraction_test)
-        if n_documents - n_test_docs < n_training_shards:
-            raise UserError(
-                f"The corpus has {n_documents} documents ({n_documents - n_test_docs} for training), "
-                f"fewer than --n_training_shards {n_training_shards}; use fewer shards or more data."
-            )
-        if n_test_docs < n_test_shards:
-            raise UserError(
-                f"Only {n_test_docs} of {n_documents} documents go to the test set "
-                f"(--fraction_test_set {fraction_test}), fewer than --n_test_shards {n_test_shards}; "
-                f"lower --n_test_shards or raise --fraction_test_set."
-            )
+        redo = set(todo_relpaths)
+        todo = sorted(key for key, rel in relpaths.items() if rel in redo)
+        index_path = temporary_name(os.path.join(output_dir, f"documents.rank{ranks.rank}"))
+        try:
+            with reported(ranks, "indexing its share of the documents"):
+                mine = _index_window(
+                    input_files, ranks.window(sum(map(os.path.getsize, input_files))), index_path
+                )
+            indexes = ranks.allgather((mine, index_path), "after indexing its share of the documents")
+            n_documents = sum(count for count, _ in indexes)
+            _check_counts(n_documents, settings)
+            progress = None
+            if progress_factory and ranks.rank == 0:
+                progress = progress_factory("sharding", sum(map(os.path.getsize, input_files)))
+            with reported(ranks, "writing its shards"):
+                owned = todo[ranks.rank :: ranks.world]
+                result = _write_shards(
+                    stage,
+                    input_files,
+                    [p for _, p in indexes],
+                    n_documents,
+                    relpaths,
+                    owned,
+                    settings,
+                    progress,
+                )
+            if progress is not None:
+                progress.close()
+            invalid = sum(ranks.allgather(result.pop("invalid_utf8_sequences"), "after writing its shards"))
+            stage.finish_on_ranks(ranks, relpaths.values())
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(index_path)
+    return {
+        **stage.manifest.totals(relpaths.values()),
+        "shards": len(relpaths),
+        "redone": len(todo),
+        **result,
+        "invalid_utf8_sequences": invalid,  # in the documents this run wrote
+        **layout,
+        "seconds": round(time.monotonic() - start, 3),
+    }
 
-        for split in paths.SPLITS:
-            os.makedirs(os.path.join(output_dir, split), exist_ok=True)
-        heaps = {
-            "training": [(0, i) for i in range(n_training_shards)],
-            "test": [(0, i) for i in range(n_test_shards)],
-        }
-        shard_stats = {
-            key: dict.fromkeys(("documents", *_SEGMENT_STATS, "input_bytes"), 0) for key in relpaths
-        }
-        invalid_utf8 = 0
-        total_bytes = sum(os.path.getsize(p) for p in input_files)
-        progress = progress_factory("sharding", total_bytes) if progress_factory else None
-        n_workers = min(n_processes, len(todo))
-        owners = None
-        with stage.writing(todo_relpaths) as temporaries:
-            targets = {key: temporaries[relpaths[key]] for key in todo}
-            try:
-                if n_workers > 1:
-                    owners = _Workers(n_workers, input_files, targets, max_sentence_chars, buffer_bytes)
-                else:
-                    owners = _Segmenter(targets, max_sentence_chars, buffer_bytes)
-                for index, (file_index, offset, line) in enumerate(_documents(input_files)):
-                    size = len(line)
-                    is_test = (index + 1) * n_test_docs // n_documents > index * n_test_docs // n_documents
-                    heap = heaps["test" if is_test else "training"]
-                    load, shard = heapq.heappop(heap)
-                    heapq.heappush(heap, (load + size, shard))
-                    key = ("test" if is_test else "training", shard)
-                    shard_stats[key]["documents"] += 1
-                    shard_stats[key]["input_bytes"] += size
-                    if progress is not None:
-                        progress.update(size)
-                    if key in todo:
-                        owners.add(key, file_index, offset, line)
-                digests = {}
-                for stats, invalid, shard_digests in owners.finish():
-                    invalid_utf8 += invalid
-                    digests.update({relpaths[key]: digest for key, digest in shard_digests.items()})
-                    for key, counts in stats.items():
-                        shard_stats[key].update(counts)
-            except BaseException:
-                if isinstance(owners, _Workers):
-                    owners.stop()
-                raise
-        if progress is not None:
-            progress.close()
-        stage.land({relpaths[key]: shard_stats[key] for key in sorted(todo)}, sha256=digests)
 
-        loads = sorted(size for size, _ in heaps["training"])
-        return {
-            **stage.manifest.totals(relpaths.values()),
-            "shards": len(relpaths),
-            "redone": len(todo),
-            "training_documents": n_documents - n_test_docs,
-            "test_documents": n_test_docs,
-            "training_shard_bytes_min": loads[0],
-            "training_shard_bytes_max": loads[-1],
-            "invalid_utf8_sequences": invalid_utf8,  # in the documents this run wrote
-            "seconds": round(time.monotonic() - start, 3),
-        }
+def _check_counts(n_documents, settings) -> None:
+    n_test_docs = int(n_documents * settings["fraction_test"])
+    if n_documents - n_test_docs < settings["n_training_shards"]:
+        raise UserError(
+            f"The corpus has {n_documents} documents ({n_documents - n_test_docs} for training), "
+            f"fewer than --n_training_shards {settings['n_training_shards']}; use fewer shards or more data."
+        )
+    if n_test_docs < settings["n_test_shards"]:
+        raise UserError(
+            f"Only {n_test_docs} of {n_documents} documents go to the test set "
+            f"(--fraction_test_set {settings['fraction_test']}), fewer than --n_test_shards "
+            f"{settings['n_test_shards']}; lower --n_test_shards or raise --fraction_test_set."
+        )
 
-    result = stage.run(list(relpaths.values()), work, folders=paths.SPLITS)
-    if result is None:
-        log(f"[sharding] all {len(relpaths)} shards in {output_dir} are complete and verified; skipped.")
-        return {
-            **stage.manifest.totals(relpaths.values()),
-            "shards": len(relpaths),
-            "redone": 0,
-            "skipped": True,
-        }
-    return result
+
+def _write_shards(stage, input_files, index_paths, n_documents, relpaths, owned, settings, progress) -> dict:
+    """Assigns every document of the index files (in order, the same on every rank) and segments
+    those of the `owned` shards into them with the rank's workers; lands the owned shards in the
+    stage's manifest (part). Returns the assignment's figures."""
+    n_test_docs = int(n_documents * settings["fraction_test"])
+    heaps = {
+        "training": [(0, i) for i in range(settings["n_training_shards"])],
+        "test": [(0, i) for i in range(settings["n_test_shards"])],
+    }
+    shard_stats = {key: dict.fromkeys(("documents", *_SEGMENT_STATS, "input_bytes"), 0) for key in relpaths}
+    for split in paths.SPLITS:
+        os.makedirs(os.path.join(stage.directory, split), exist_ok=True)
+    owned = set(owned)
+    n_workers = min(settings["n_processes"], len(owned))
+    owners = None
+    digests = {}
+    invalid_utf8 = 0
+    max_chars, buffer_bytes = settings["max_sentence_chars"], settings["buffer_bytes"]
+    with stage.writing([relpaths[key] for key in sorted(owned)]) as temporaries:
+        targets = {key: temporaries[relpaths[key]] for key in owned}
+        try:
+            if n_workers > 1:
+                owners = _Workers(n_workers, input_files, targets, max_chars, buffer_bytes)
+            else:
+                owners = _Segmenter(input_files, targets, max_chars, buffer_bytes)
+            for index, (file_index, offset, size) in enumerate(_indexed_documents(index_paths)):
+                is_test = (index + 1) * n_test_docs // n_documents > index * n_test_docs // n_documents
+                heap = heaps["test" if is_test else "training"]
+                load, shard = heapq.heappop(heap)
+                heapq.heappush(heap, (load + size, shard))
+                key = ("test" if is_test else "training", shard)
+                shard_stats[key]["documents"] += 1
+                shard_stats[key]["input_bytes"] += size
+                if progress is not None:
+                    progress.update(size)
+                if key in owned:
+                    owners.add(key, file_index, offset, size)
+            for stats, invalid, shard_digests in owners.finish():
+                invalid_utf8 += invalid
+                digests.update({relpaths[key]: digest for key, digest in shard_digests.items()})
+                for key, counts in stats.items():
+                    shard_stats[key].update(counts)
+        except BaseException:
+            if owners is not None:
+                owners.stop()
+            raise
+    stage.land({relpaths[key]: shard_stats[key] for key in sorted(owned)}, sha256=digests)
+    loads = sorted(size for size, _ in heaps["training"])
+    return {
+        "training_documents": n_documents - n_test_docs,
+        "test_documents": n_test_docs,
+        "training_shard_bytes_min": loads[0],
+        "training_shard_bytes_max": loads[-1],
+        "invalid_utf8_sequences": invalid_utf8,
+    }

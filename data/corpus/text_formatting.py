@@ -16,6 +16,12 @@ An uncompressed text or JSONL file is cut into byte ranges where one reader woul
 (line ends; blank lines between documents) that `n_processes` workers format; compressed text and
 JSONL are read by one process.
 
+On MPI ranks (data/ranks.py; one host or several sharing the output directory) the inputs' bytes,
+one file after the other, are cut into one window per rank; rank r formats the units of work
+(streams, ranges, whole files) that start in its window with its own `n_processes` workers into a
+part file, and rank 0 concatenates the parts in rank order (copy_file_range: in the kernel), so
+the output is byte for byte the one-process output.
+
 Output: UTF-8, one document per line, whitespace collapsed, in input order. Invalid UTF-8 is
 replaced by U+FFFD and counted; empty documents, unparsable JSON lines and non-article wiki pages
 are skipped and counted. Documents longer than `max_document_chars` in plain text are cut at a
@@ -33,15 +39,18 @@ import io
 import json
 import lzma
 import os
+import shutil
 import sys
 import time
 import xml.etree.ElementTree as ET
 
 from common.errors import UserError
-from common.files import atomic_write, ensure_writable_dir
+from common.files import atomic_path, commit, ensure_writable_dir, temporary_name
 from data.corpus import wikipedia
 from data.corpus.parallel import bounded_imap
 from data.manifest import input_identity
+from data.ranks import DEFAULT_TIMEOUT_S as DEFAULT_RANK_TIMEOUT_S
+from data.ranks import Ranks, reported
 from data.stage import Stage
 
 INPUT_FORMATS = ("auto", "wikipedia", "text", "jsonl")
@@ -270,11 +279,27 @@ def _format_stream(item):
     return block, len(articles), counts, end - start
 
 
-def _multistream_blocks(path, index, stats, progress, n_processes):
+def _starting_in(items, window):
+    """The (path, start, ...) items whose start lies in window = [lo, hi); all when window is None.
+    The items come in order of their start, so reading them stops at hi."""
+    if window is None:
+        yield from items
+        return
+    lo, hi = window
+    with contextlib.closing(items):
+        for item in items:
+            if item[1] >= hi:
+                return
+            if item[1] >= lo:
+                yield item
+
+
+def _multistream_blocks(path, index, stats, progress, n_processes, window=None):
     """The articles of a multistream dump as (block, documents), streams decompressed, parsed,
     cleaned and encoded by `n_processes` workers, yielded in stream order: the output does not
-    depend on the count."""
-    results = bounded_imap(_format_stream, _stream_ranges(path, index), n_processes, chunk=STREAMS_PER_TASK)
+    depend on the count. With `window`, only the streams that start in it."""
+    ranges = _starting_in(_stream_ranges(path, index), window)
+    results = bounded_imap(_format_stream, ranges, n_processes, chunk=STREAMS_PER_TASK)
     with contextlib.closing(results):
         for block, documents, counts, compressed in results:
             for key, value in counts.items():
@@ -414,12 +439,13 @@ def _range_documents(f, size_limit, decoder, counts, fmt, options):
 
 
 def _format_range(item):
-    """The final lines of the documents in bytes [start, end) of an uncompressed text or JSONL
-    file, with the stage's counts and end - start; None for a range left to the writing process."""
+    """(the final lines of the documents in bytes [start, end) of an uncompressed text or JSONL
+    file, the stage's counts, start, end); lines None for the rest of the file, left to the
+    writing process."""
     global _stream_decoder
     path, start, end, fmt, options = item
     if end is None:
-        return None
+        return None, {}, start, None
     if _stream_decoder is None:
         _stream_decoder = Utf8Decoder()
     invalid = _stream_decoder.invalid
@@ -428,32 +454,30 @@ def _format_range(item):
         f.seek(start)
         finals = list(_range_documents(f, end - start, _stream_decoder, counts, fmt, options))
     counts["invalid_utf8_sequences"] += _stream_decoder.invalid - invalid
-    return finals, dict(counts), end - start
+    return finals, dict(counts), start, end
 
 
-def _ranged_documents(path, stats, progress, n_processes, fmt, options):
+def _ranged_documents(path, stats, progress, n_processes, fmt, options, window=None):
     """The final lines of an uncompressed text or JSONL file, ranges formatted by `n_processes`
-    workers and yielded in file order: the same lines one reader gives."""
-    ranges = _line_ranges(path, fmt, options)
-    done = 0
+    workers and yielded in file order: the same lines one reader gives. With `window`, only the
+    ranges that start in it."""
+    ranges = _starting_in(_line_ranges(path, fmt, options), window)
     results = bounded_imap(_format_range, ranges, n_processes, chunk=1)
     with contextlib.closing(results):
-        for result in results:
-            if result is None:  # no blank line for too long: the rest, read here as one reader
+        for lines, counts, start, end in results:
+            if lines is None:  # no blank line for too long: the rest, read here as one reader
                 decoder = Utf8Decoder()
                 with open(path, "rb") as f:
-                    f.seek(done)
+                    f.seek(start)
                     yield from _range_documents(f, None, decoder, stats, fmt, options)
                 stats["invalid_utf8_sequences"] += decoder.invalid
                 if progress is not None:
-                    progress.update(os.path.getsize(path) - done)
+                    progress.update(os.path.getsize(path) - start)
                 return
-            lines, counts, size = result
             for key, value in counts.items():
                 stats[key] += value
-            done += size
             if progress is not None:
-                progress.update(size)
+                progress.update(end - start)
             yield from lines
 
 
@@ -475,6 +499,7 @@ def document_blocks(
     one_document_per_line: bool = False,
     max_document_chars: int = DEFAULT_MAX_DOCUMENT_CHARS,
     log=None,
+    window: tuple[int, int] | None = None,
 ):
     """Yields (UTF-8 bytes, n): n documents of `path`, each one clean line ending in a newline, in
     order; skips and counts into `stats` (a Counter-like dict).
@@ -484,13 +509,18 @@ def document_blocks(
     dump is read by one process (`log` says so once when more were asked for). Uncompressed
     text and JSONL go to the workers in byte ranges. The lines and counts
     do not depend on `n_processes`.
+
+    `window` = [lo, hi) (bytes of `path`; lo may be negative) keeps the units of work that start
+    in it: the streams of a multistream dump, the ranges of uncompressed text and JSONL, the whole
+    file (which starts at 0) otherwise. Windows that tile the file give, in order, its documents
+    and counts: how MPI ranks share the inputs.
     """
     log = log or (lambda message: print(message, file=sys.stderr, flush=True))
     fmt = corpus_format(path) if input_format == "auto" else input_format
     index = wikipedia.multistream_index_path(path)
     if fmt == "wikipedia" and path.lower().endswith(".bz2") and os.path.isfile(index):
         # The workers make the final lines too: the one process that writes them does no more.
-        yield from _multistream_blocks(path, index, stats, progress, n_processes)
+        yield from _multistream_blocks(path, index, stats, progress, n_processes, window)
         return
     options = {
         "text_key": text_key,
@@ -500,10 +530,13 @@ def document_blocks(
     if fmt not in ("wikipedia", "jsonl", "text"):
         raise UserError(f"Unknown --input_format {input_format!r}; choose from {', '.join(INPUT_FORMATS)}.")
     compressed = any(path.lower().endswith(ext) for ext in _COMPRESSED)
-    if fmt != "wikipedia" and n_processes > 1 and not compressed and os.path.getsize(path) > RANGE_BYTES:
-        for line in _ranged_documents(path, stats, progress, n_processes, fmt, options):
+    shared = n_processes > 1 or window is not None
+    if fmt != "wikipedia" and shared and not compressed and os.path.getsize(path) > RANGE_BYTES:
+        for line in _ranged_documents(path, stats, progress, n_processes, fmt, options, window):
             yield (line + "\n").encode("utf-8"), 1
         return
+    if window is not None and not window[0] <= 0 < window[1]:
+        return  # read whole, by the rank whose window holds its start
     lines = None
     if fmt == "wikipedia":
         documents = _wiki_documents(path, stats, progress, n_processes, log)
@@ -556,12 +589,18 @@ def format_corpus(
     max_document_chars: int = DEFAULT_MAX_DOCUMENT_CHARS,
     progress_factory=None,
     verify: str = "sha256",
+    comm=None,
+    rank_timeout_s: float = DEFAULT_RANK_TIMEOUT_S,
     log=None,
 ) -> dict:
     """Formats `inputs` into `output_file` (one document per line); restartable via the manifest.
 
-    Returns the stage stats (see STAT_KEYS, plus seconds and skipped=True when a verified
-    output from an identical earlier run was kept).
+    Under MPI (`comm`, an mpi4py communicator; None for one process) rank r formats the units of
+    work (streams, ranges, whole files) that start in its r-th of the inputs' bytes, with its
+    `n_processes` workers, into a part file; rank 0 then concatenates the parts in rank order, so
+    the output is byte for byte the one-process output. Returns the stage stats (see STAT_KEYS,
+    plus seconds, and skipped=True when a verified output from an identical earlier run was kept),
+    the same on every rank.
     """
     log = log or (lambda message: print(message, file=sys.stderr, flush=True))
     if not inputs:
@@ -585,45 +624,106 @@ def format_corpus(
     }
     stage = Stage(directory, "text_formatting", params, verify=verify, log=log)
     name = os.path.basename(output_file)
-
-    def work(_todo):
+    options = {
+        "input_format": input_format,
+        "n_processes": n_processes,
+        "text_key": text_key,
+        "one_document_per_line": one_document_per_line,
+        "max_document_chars": max_document_chars,
+        "log": log,
+    }
+    with Ranks(comm, directory, "text_formatting", rank_timeout_s, log) as ranks:
+        layout = ranks.layout()  # ranks and hosts, for the summary
+        if not stage.todo_on_ranks([name], ranks):
+            if ranks.rank == 0:
+                log(f"[text_formatting] {output_file} is complete and verified; skipped.")
+            ranks.barrier("before the stage ends")
+            return {**stage.manifest.counts(name), **layout, "skipped": True}
+        stage.start_on_ranks(ranks)
         start = time.monotonic()
-        stats = dict.fromkeys(STAT_KEYS, 0)
         total = sum(os.path.getsize(p) for p in inputs)
-        progress = progress_factory("text_formatting", total) if progress_factory else None
-        with atomic_write(output_file, "wb") as out:
-            for path in inputs:
-                for block, documents in document_blocks(
-                    path,
-                    stats,
-                    input_format=input_format,
-                    progress=progress,
-                    n_processes=n_processes,
-                    text_key=text_key,
-                    one_document_per_line=one_document_per_line,
-                    max_document_chars=max_document_chars,
-                    log=log,
-                ):
-                    out.write(block)
-                    stats["documents"] += documents
-                    stats["bytes_out"] += len(block)
-            out.flush()
+        lo, hi = ranks.window(total)
+        progress = (
+            progress_factory("text_formatting", hi - lo) if progress_factory and ranks.rank == 0 else None
+        )
+        part = output_file if ranks.world == 1 else os.path.join(directory, f"{name}.rank{ranks.rank}")
+        part = temporary_name(part)
+        with reported(ranks, "formatting its share of the inputs"):
+            stats = _format_share(inputs, part, None if ranks.world == 1 else (lo, hi), progress, options)
         if progress is not None:
             progress.close()
+        shares = ranks.allgather((stats, part), "after formatting its share of the inputs")
+        stats = {key: sum(share[key] for share, _ in shares) for key in STAT_KEYS}
         stats["bytes_in"] = total
-        stats["seconds"] = round(time.monotonic() - start, 3)
         if stats["documents"] == 0:
-            os.remove(output_file)
+            os.remove(part)
             raise UserError(
                 f"No documents left after formatting {', '.join(inputs)} "
                 f"({stats['input_documents']} read, {stats['empty_documents']} empty); check the "
                 f"input format (--input_format, --text_key)."
             )
-        stage.land({name: stats})
-        return stats
+        with reported(ranks, f"while rank 0 wrote {output_file}"):
+            if ranks.rank == 0:
+                _concatenate([p for _, p in shares], output_file)
+                stats["seconds"] = round(time.monotonic() - start, 3)
+                stage.land({name: stats})
+        stage.finish_on_ranks(ranks, [name])
+        return {**stage.manifest.counts(name), **layout, "seconds": round(time.monotonic() - start, 3)}
 
-    stats = stage.run([name], work)
-    if stats is None:
-        log(f"[text_formatting] {output_file} is complete and verified; skipped.")
-        return {**stage.manifest.counts(name), "skipped": True}
+
+def _format_share(inputs, part, window, progress, options) -> dict:
+    """Formats the units of `inputs` that start in `window` (bytes of the inputs one after the
+    other; None: all) into the file `part`; returns the counts (STAT_KEYS). `part` is removed
+    after an error."""
+    stats = dict.fromkeys(STAT_KEYS, 0)
+    base = 0
+    try:
+        with open(part, "wb") as out:
+            for path in inputs:
+                size = os.path.getsize(path)
+                local = None if window is None else (window[0] - base, window[1] - base)
+                base += size
+                if local is not None and (local[1] <= 0 or local[0] >= max(size, 1)):
+                    continue  # no unit of this file starts in the window
+                for block, documents in document_blocks(
+                    path, stats, progress=progress, window=local, **options
+                ):
+                    out.write(block)
+                    stats["documents"] += documents
+                    stats["bytes_out"] += len(block)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(part)
+        raise
     return stats
+
+
+def _concatenate(parts: list[str], output_file: str) -> None:
+    """The parts, in order, become `output_file` (one part is renamed); the parts are removed."""
+    if len(parts) == 1:
+        commit(parts[0], output_file)
+        return
+    with atomic_path(output_file) as temporary:
+        with open(temporary, "wb") as out:
+            for part in parts:
+                with open(part, "rb") as f:
+                    _copy(f, out)
+    for part in parts:
+        os.remove(part)
+
+
+def _copy(src, dst) -> None:
+    """Copies the open file `src` to the end of `dst`, in the kernel where it can (copy_file_range:
+    no bytes through this process, a reflink on file systems that share blocks)."""
+    size = os.fstat(src.fileno()).st_size
+    done = 0
+    if hasattr(os, "copy_file_range"):
+        with contextlib.suppress(OSError):
+            while done < size:
+                n = os.copy_file_range(src.fileno(), dst.fileno(), size - done)
+                if n == 0:
+                    break
+                done += n
+    src.seek(done)
+    dst.seek(0, os.SEEK_END)
+    shutil.copyfileobj(src, dst, 1 << 20)
