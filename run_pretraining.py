@@ -53,7 +53,15 @@ def define_flags(fv) -> None:
         str,
     )
     flag("max_seq_length", "Tokens per sequence; must match the TFRecords.")
-    flag("max_predictions_per_seq", "Masked positions per sequence; must match the TFRecords.")
+    flag(
+        "max_predictions_per_seq",
+        "Masked positions per sequence; must match masked TFRecords (unmasked ones are masked up to it).",
+    )
+    flag(
+        "masked_lm_prob",
+        "Unmasked TFRecords (prepared with --masking=dynamic) only: the fraction of tokens masked "
+        "as they are read (default 0.15, Google's).",
+    )
     flag("train_batch_size", "Sequences per worker per micro-batch.")
     flag("eval_batch_size", "Sequences per evaluation batch.")
     flag("num_train_steps", "Applied updates to train for (skipped fp16 updates do not count).")

@@ -64,8 +64,9 @@ def pretraining_command(data, output_dir, **overrides):
     ]
 
 
-def test_sigterm_stops_one_worker_with_a_checkpoint_and_the_rerun_ends_bit_identical(tmp_path):
-    data = tiny.setup(tmp_path / "data", files=2, per_file=60)
+@pytest.mark.parametrize("masking", ["static", "dynamic"])
+def test_sigterm_stops_one_worker_with_a_checkpoint_and_the_rerun_ends_bit_identical(masking, tmp_path):
+    data = tiny.setup(tmp_path / "data", files=2, per_file=60, masking=masking)
     straight, stopped = tmp_path / "straight", tmp_path / "stopped"
     env = worker_env()
     uninterrupted = subprocess.Popen(

@@ -28,8 +28,9 @@ def _arrays(output_dir, step):
     return {n: reader.get_tensor(n) for n in reader.get_variable_to_shape_map()}
 
 
-def test_two_workers_stopped_and_resumed_on_one_end_as_the_uninterrupted_two_worker_run(tmp_path):
-    data = tiny.setup(tmp_path / "data", files=2, per_file=60, dropout=False)
+@pytest.mark.parametrize("masking", ["static", "dynamic"])
+def test_two_workers_stopped_and_resumed_on_one_end_as_the_uninterrupted_two_worker_run(masking, tmp_path):
+    data = tiny.setup(tmp_path / "data", files=2, per_file=60, dropout=False, masking=masking)
     straight, stopped = tmp_path / "straight", tmp_path / "stopped"
     env = worker_env()
     two = [*HOROVODRUN]

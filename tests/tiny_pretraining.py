@@ -1,7 +1,8 @@
 """A tiny pretraining setup on disk for the job's tests: config, vocab and TFRecords.
 
 Records hold learnable structure (token k+1 follows token k) so that a few updates move the
-loss, different numbers of masks per row, and both NSP labels.
+loss, different numbers of masks per row, and both NSP labels. With masking="dynamic" they are
+the same sequences unmasked (schema's dynamic layout), masked as the input pipeline reads them.
 """
 
 from __future__ import annotations
@@ -39,7 +40,12 @@ def tiny_bert_config(dropout: bool = True):
     return BertConfig(**values)
 
 
-def example(rng: random.Random, seq=SEQ, predictions=PREDICTIONS, nan_weight=False, min_length=8) -> bytes:
+MASKING_IDS = (2, 3, 4, VOCAB)  # [CLS], [SEP], [MASK], vocabulary size
+
+
+def example(
+    rng: random.Random, seq=SEQ, predictions=PREDICTIONS, nan_weight=False, min_length=8, masking="static"
+) -> bytes:
     """One record; nan_weight writes NaN as its first masked_lm_weight (a poisoned record)."""
     length = rng.randrange(min_length, seq + 1)
     start = rng.randrange(5, VOCAB - seq)
@@ -53,7 +59,11 @@ def example(rng: random.Random, seq=SEQ, predictions=PREDICTIONS, nan_weight=Fal
     masked = list(ids)
     for p in positions:
         masked[p] = 4  # [MASK]
-    features = schema.pad_features(masked, segments, positions, labels, rng.random() < 0.5, seq, predictions)
+    is_random_next = rng.random() < 0.5
+    if masking == "dynamic":
+        features = schema.unmasked_features(ids, segments, is_random_next, MASKING_IDS, None, seq)
+        return schema.serialize_example(features, schema.Layout(schema.DYNAMIC))
+    features = schema.pad_features(masked, segments, positions, labels, is_random_next, seq, predictions)
     if nan_weight:
         features[schema.MASKED_LM_WEIGHTS][0] = float("nan")
     return schema.serialize_example(features)
@@ -74,8 +84,10 @@ def setup(
     eval_per_file: int = 16,
     dropout: bool = True,
     min_length: int = 8,
+    masking: str = "static",
 ) -> dict:
-    """Writes config, vocab, training and eval files under `root`; returns their paths."""
+    """Writes config, vocab, training and eval files under `root` (masked records, or unmasked
+    ones with masking="dynamic"); returns their paths."""
     root = str(root)
     os.makedirs(os.path.join(root, "train"), exist_ok=True)
     os.makedirs(os.path.join(root, "eval"), exist_ok=True)
@@ -93,10 +105,18 @@ def setup(
         )
     for i in range(files):
         write_records(
-            os.path.join(root, "train", f"part-{i:02d}.tfrecord"), per_file, seed=i, min_length=min_length
+            os.path.join(root, "train", f"part-{i:02d}.tfrecord"),
+            per_file,
+            seed=i,
+            min_length=min_length,
+            masking=masking,
         )
     write_records(
-        os.path.join(root, "eval", "part-00.tfrecord"), eval_per_file, seed=100, min_length=min_length
+        os.path.join(root, "eval", "part-00.tfrecord"),
+        eval_per_file,
+        seed=100,
+        min_length=min_length,
+        masking=masking,
     )
     return {
         "bert_config_file": config_file,

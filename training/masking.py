@@ -67,8 +67,8 @@ def uniform(seed: int, sequences: tf.Tensor, length: int, draw: int) -> tf.Tenso
 
 def budget(num_tokens: tf.Tensor, masked_lm_prob: float, max_predictions_per_seq: int) -> tf.Tensor:
     """int32 [B]: how many tokens a sequence of num_tokens (int [B], specials included) masks."""
-    rounded = tf.round(tf.cast(num_tokens, tf.float64) * masked_lm_prob)  # half to even, as round()
-    return tf.cast(tf.minimum(float(max_predictions_per_seq), tf.maximum(1.0, rounded)), tf.int32)
+    rounded = tf.cast(tf.round(tf.cast(num_tokens, tf.float64) * masked_lm_prob), tf.int32)  # half to even
+    return tf.minimum(max_predictions_per_seq, tf.maximum(1, rounded))
 
 
 def _greedy_groups(valid, size, limit):

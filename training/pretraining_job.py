@@ -6,7 +6,7 @@ run_pretraining.py turns its flags into `PretrainingSettings` and calls
 
 1. cheap checks, before TensorFlow builds anything: values of their kind (common/kinds.py), the
    config and the vocab fit each other, every glob matches files, each worker's files hold records of this
-   max_seq_length / max_predictions_per_seq;
+   max_seq_length / max_predictions_per_seq, of one layout (masked, or unmasked: masked as read);
 2. the resolved settings (workers, global batch, effective learning rate, where the run starts)
    are printed and written to <output_dir>/resolved_config.json;
 3. the model starts from the latest checkpoint of output_dir when there is one (an exact
@@ -39,6 +39,8 @@ class PretrainingSettings(job.JobSettings):
     input_files: str | None = None  # comma-separated globs
     eval_files: str | None = None
     max_predictions_per_seq: int = setting("count", 20)
+    # Unmasked (dynamic) records only; None: Google's 0.15. Static records carry their masks.
+    masked_lm_prob: float | None = setting("proportion", None)
     eval_batch_size: int = setting("count", 8)
     num_train_steps: int = setting("count", 100000)  # applied updates
     num_warmup_steps: int = setting("steps", 10000)
@@ -68,6 +70,21 @@ def validate(s: PretrainingSettings) -> None:
         raise UserError(
             f"--max_predictions_per_seq={s.max_predictions_per_seq} exceeds "
             f"--max_seq_length={s.max_seq_length}."
+        )
+
+
+def masked_lm_prob_of(s: PretrainingSettings) -> float:
+    """--masked_lm_prob, or Google's 0.15."""
+    return 0.15 if s.masked_lm_prob is None else s.masked_lm_prob
+
+
+def _check_masking(s: PretrainingSettings, layout, files) -> None:
+    """--masked_lm_prob applies to unmasked records only: refused on masked ones, whose masks were
+    drawn when they were written."""
+    if s.masked_lm_prob is not None and layout.masking == "static":
+        raise UserError(
+            f"--masked_lm_prob applies to unmasked records (--masking=dynamic), but {files[0]} holds "
+            "masked ones: their masks were drawn when they were written; drop the flag."
         )
 
 
@@ -103,10 +120,15 @@ def resolve(
     train_files=(),
     eval_files=(),
     start_sequence: int = 0,
+    layout=None,
 ) -> dict:
     """The settings as they will run: every flag plus what follows from them (`update`: the
-    update on this run's workers, continuing resume_from's when there is one)."""
+    update on this run's workers, continuing resume_from's when there is one; `layout`: the
+    training records', data/pretraining/schema.py)."""
     resolved = dataclasses.asdict(s)
+    if layout is not None:
+        resolved["masking"] = layout.describe()
+        resolved["masked_lm_prob"] = masked_lm_prob_of(s) if layout.masking == "dynamic" else None
     resolved.update(
         {
             **update.describe(),
@@ -166,7 +188,7 @@ def _plan(s: PretrainingSettings, dist, out) -> PretrainingPlan:
     and data position); then the resolved settings reported."""
     from bert.checkpoints import global_step_of
     from training.checkpointing import latest_checkpoint, write_model_files
-    from training.input_pipeline import evaluation_dataset, training_dataset
+    from training.input_pipeline import check_files, evaluation_dataset, training_dataset
 
     config = _load_config(s)
     train_files = expand_globs(s.input_files, "training files", source="--input_files") if s.do_train else []
@@ -178,8 +200,10 @@ def _plan(s: PretrainingSettings, dist, out) -> PretrainingPlan:
     update, start = update_of(s, dist.size), 0
     if s.do_train:
         update, start = job.continue_update(update, resume_from, out)
-    train_data = eval_data = None
+    train_data = eval_data = layout = None
     if s.do_train:
+        layout = check_files(train_files, *shapes)
+        _check_masking(s, layout, train_files)
         train_data = training_dataset(
             train_files,
             s.train_batch_size,
@@ -192,10 +216,20 @@ def _plan(s: PretrainingSettings, dist, out) -> PretrainingPlan:
             count=lambda files: _record_counts(files, dist, out),
             accumulation=update.accumulation_steps,
             bin_size=job.bin_size_of(s),
+            masked_lm_prob=masked_lm_prob_of(s),
+            layout=layout,
         )
     if s.do_eval and dist.is_chief:
+        if not s.do_train:
+            _check_masking(s, check_files(eval_files, *shapes), eval_files)
         eval_data = evaluation_dataset(
-            eval_files, s.eval_batch_size, *shapes, bin_size=job.bin_size_of(s), max_batches=s.max_eval_steps
+            eval_files,
+            s.eval_batch_size,
+            *shapes,
+            bin_size=job.bin_size_of(s),
+            max_batches=s.max_eval_steps,
+            masked_lm_prob=masked_lm_prob_of(s),
+            seed=s.seed,
         )
     init_step = global_step_of(s.init_checkpoint) if s.init_checkpoint and not resume_from else None
     resolved = resolve(
@@ -206,6 +240,7 @@ def _plan(s: PretrainingSettings, dist, out) -> PretrainingPlan:
         train_files=train_files,
         eval_files=eval_files,
         start_sequence=start,
+        layout=layout,
     )
     if dist.is_chief:
         job.report("pretraining", resolved, out, os.path.join(s.output_dir, job.RESOLVED_CONFIG_NAME))
