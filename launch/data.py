@@ -91,7 +91,21 @@ SETTINGS = (
         "fraction of documents held out",
         _test_fraction,
     ),
-    _named("dupe_factor", str(RECIPE["dupe_factor"]), "count", "copies of the data with different masks"),
+    Setting(
+        "masking",
+        "static",
+        "choice",
+        "static: masks written into the TFRecords (NVIDIA's recipe, dupe_factor copies); dynamic: "
+        "each pair once, unmasked, masked anew every epoch as training reads it",
+        choices=("static", "dynamic"),
+        positional=False,
+    ),
+    _named(
+        "dupe_factor",
+        "",
+        "count",
+        f"copies of the data with different masks (default {RECIPE['dupe_factor']}; 1 with --masking dynamic)",
+    ),
     _named("phases", "1 2", "custom", 'TFRecord phases to build: "1 2", "1" or "2"', _phases),
     _named("n_processes", "", "count", "worker processes (default: all cores)"),
     _named("mirror", "", "text", "download from a mirror with the same paths (a URL)"),
@@ -133,6 +147,7 @@ FLAG_ORIGIN = {
     "max_seq_length": "phases",
     "max_predictions_per_seq": "phases",
     "dupe_factor": "dupe_factor",
+    "masking": "masking",
     "wiki_dump": "wiki_dump",
     "glue_tasks": "glue_tasks",
     "mirror": "mirror",
@@ -180,21 +195,22 @@ def _pretraining_data(t: dict, root: str, corpus: list, vocab_file: str, command
             *("--action", "download", "--dataset", "google_pretrained_weights", *download),
         )
         vocab_flags = ["--vocab_file", google_vocab]
+    masking = ["--masking", t["masking"]] if t["masking"] != "static" else []
     outputs = data_paths.default_pretraining_dirs(
-        root, dataset, int(shards), float(fraction), dupe_factor=int(t["dupe_factor"])
+        root, dataset, int(shards), float(fraction), dupe_factor=int(t["dupe_factor"]), masking=t["masking"]
     )
     for phase in t["phases"].split():
         shape = data_paths.PHASE1 if phase == "1" else data_paths.PHASE2
         seq, predictions = shape["max_seq_length"], shape["max_predictions_per_seq"]
         described.append(
-            f"phase {phase} TFRecords (seq {seq}, {predictions} predictions, dupe_factor {t['dupe_factor']})"
-            f" -> {outputs[f'phase{phase}']}"
+            f"phase {phase} TFRecords (seq {seq}, {predictions} predictions, dupe_factor {t['dupe_factor']}"
+            f"{', unmasked: masked as read' if masking else ''}) -> {outputs[f'phase{phase}']}"
         )
         command(
             f"phase {phase} TFRecords",
             *("--action", "create_tfrecord_files", *common, *vocab_flags),
             *("--max_seq_length", str(seq), "--max_predictions_per_seq", str(predictions)),
-            *("--dupe_factor", t["dupe_factor"]),
+            *("--dupe_factor", t["dupe_factor"], *masking),
         )
     return described
 
@@ -212,6 +228,11 @@ def plan(launch) -> Plan:
         "dataset",
         "corpus" if corpus else str(RECIPE["dataset"]),
         "--corpus given" if corpus else "NVIDIA's recipe",
+    )
+    launch.default(
+        "dupe_factor",
+        "1" if t["masking"] == "dynamic" else str(RECIPE["dupe_factor"]),
+        "one unmasked copy" if t["masking"] == "dynamic" else "NVIDIA's recipe",
     )
     launch.flag_origin.update(FLAG_ORIGIN)
     prepare_data = [launch.python, os.path.join(launch.repo_root, "prepare_data.py"), "--data_dir", root]

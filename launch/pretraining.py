@@ -55,6 +55,15 @@ SETTINGS = (
         positional=False,
     ),
     Setting(
+        "masking",
+        "static",
+        "choice",
+        "TFRecords masked when written (static) or unmasked, masked as read (dynamic): which "
+        "scripts/data_download.sh --masking built (picks the default data directories)",
+        choices=("static", "dynamic"),
+        positional=False,
+    ),
+    Setting(
         "bin_size",
         "64",
         "steps",
@@ -189,6 +198,21 @@ def verify_phase1_checkpoint(directory: str, steps: int, wait_s: float = 0.0) ->
     )
 
 
+def masking_params(masking: str) -> dict:
+    """data.paths' TFRecord parameters for `masking`: dynamic records are one unmasked copy."""
+    return {"masking": "dynamic", "dupe_factor": 1} if masking == "dynamic" else {}
+
+
+def _other_masking_hint(root: str, dataset: str, masking: str) -> str:
+    """What to say when a default phase directory is missing but the other masking's exists: the
+    user prepared dynamic records and forgot --masking dynamic, or the reverse."""
+    other = "static" if masking == "dynamic" else "dynamic"
+    dirs = data_paths.default_pretraining_dirs(root, dataset, **masking_params(other))
+    if any(os.path.isdir(d) for d in dirs.values()):
+        return f" (scripts/data_download.sh built {other}-masking records there: pass --masking {other})"
+    return ""
+
+
 def check_inputs(paths: dict, run_phases, do_eval: bool, init_checkpoint: str = "", log=print) -> None:
     """Before any training: the config and vocab fit each other, `init_checkpoint` (when given)
     exists, and every phase about to run has non-empty training (and test) globs whose records
@@ -232,7 +256,8 @@ def check_inputs(paths: dict, run_phases, do_eval: bool, init_checkpoint: str = 
             except UserError as e:
                 more = " (or run with --do_eval=false)" if split == "test" else ""
                 raise UserError(
-                    f"{e} Build it with scripts/data_download.sh or set PHASE{n}_DATA (or --phase{n}_data){more}."
+                    f"{e} Build it with scripts/data_download.sh or set PHASE{n}_DATA (or --phase{n}_data)"
+                    f"{more}{paths.get('masking_hint', '') if not os.path.isdir(paths[f'phase{n}_data']) else ''}."
                 ) from None
     # The record shape check reads protobufs, which needs TensorFlow: only now, after the cheap checks.
     from training.input_pipeline import check_file
@@ -257,7 +282,7 @@ def _resolve_paths(launch) -> dict:
     root = launch.path("data_dir", data_paths.data_root({}), "<repo>/data_dir")
     dataset = launch.request.paths.get("dataset") or data_paths.DEFAULT_DATASET
     launch.paths["dataset"] = (dataset, "--dataset" if "dataset" in launch.request.paths else "default")
-    defaults = data_paths.default_pretraining_dirs(root, dataset)
+    defaults = data_paths.default_pretraining_dirs(root, dataset, **masking_params(launch.text["masking"]))
     trained_vocab = os.path.join(data_paths.vocab_dir(root, dataset), "vocab.txt")
     google_vocab = os.path.join(root, "download", GOOGLE_VOCAB)
     use_google = not os.path.isfile(trained_vocab) and os.path.isfile(google_vocab)
@@ -278,6 +303,7 @@ def _resolve_paths(launch) -> dict:
         "phase1_data": launch.path("phase1_data", defaults["phase1"], "under data_dir"),
         "phase2_data": launch.path("phase2_data", defaults["phase2"], "under data_dir"),
         "init_checkpoint": launch.path("init_checkpoint", ""),
+        "masking_hint": _other_masking_hint(root, dataset, launch.text["masking"]),
     }
 
 

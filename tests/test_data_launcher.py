@@ -199,12 +199,33 @@ def test_defaults_are_nvidias_recipe_and_the_data_root_comes_from_bert_data_dir(
     recipe = paths.recipe()
     settings = settings_of(out)
     assert settings["target"] == ("wiki_only", "default")
-    for name in ("n_training_shards", "n_test_shards", "fraction_test_set", "dupe_factor"):
+    for name in ("n_training_shards", "n_test_shards", "fraction_test_set"):
         assert settings[name] == (str(recipe[name]), "default")
+    assert settings["dupe_factor"] == (str(recipe["dupe_factor"]), "default: NVIDIA's recipe")
+    assert settings["masking"] == ("static", "default")
     assert settings["dataset"] == (recipe["dataset"], "default: NVIDIA's recipe")
     assert settings["n_processes"] == ("-", "default")
     assert f"  data_dir           = {tmp_path / 'root'} (BERT_DATA_DIR)" in out
     assert [label for label, _ in commands_of(out)][-1] == "phase 2 TFRecords"  # wiki_only: no squad
+
+
+def test_dynamic_masking_writes_one_unmasked_copy_where_the_pretraining_launcher_looks(tmp_path):
+    data = str(tmp_path / "data")
+    status, out, _ = plan(tmp_path, "--dry_run", "--data_dir", data, "--masking", "dynamic")
+    assert status == 0
+    assert settings_of(out)["dupe_factor"] == ("1", "default: one unmasked copy")
+    commands = dict(commands_of(out))
+    expected = paths.default_pretraining_dirs(data, masking="dynamic", dupe_factor=1)
+    for phase in ("1", "2"):
+        assert commands[f"phase {phase} TFRecords"][-4:] == ["--dupe_factor", "1", "--masking", "dynamic"]
+        assert f"unmasked: masked as read) -> {expected['phase' + phase]}" in out
+    assert expected["phase1"].endswith("_dupe_factor_1_masking_dynamic_shard_256_test_split_10/wikicorpus_en")
+    # A dupe factor given stays; the static default directory is not the dynamic one.
+    status, out, _ = plan(
+        tmp_path, "--dry_run", "--data_dir", data, "--masking", "dynamic", "--dupe_factor", "2"
+    )
+    assert status == 0 and dict(commands_of(out))["phase 1 TFRecords"][-4:-2] == ["--dupe_factor", "2"]
+    assert paths.default_pretraining_dirs(data)["phase1"] != expected["phase1"]
 
 
 @pytest.mark.parametrize(

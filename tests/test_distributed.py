@@ -31,3 +31,21 @@ def test_srun_tasks_alone_are_not_horovod_ranks():
 
 def test_a_data_stage_run_directly_needs_no_mpi():
     assert mpi_ranks({"HOROVOD_SIZE": "2"}) == (None, 0, 1, 1)  # Gloo ranks are not MPI ranks
+
+
+def test_srun_tasks_that_mpi_does_not_join_are_refused_in_one_sentence():
+    # srun -n 2 without --mpi=pmix: each task's MPI world is itself alone; a data stage would
+    # otherwise write every output twice over.
+    import subprocess
+    import sys
+
+    code = (
+        "from training.distributed import mpi_ranks\n"
+        "try:\n    mpi_ranks({'SLURM_STEP_NUM_TASKS': '2'})\n"
+        "except RuntimeError as e:\n    print(e)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.stdout.strip() == (
+        "The launcher started 2 tasks but MPI sees 1 rank(s) in this one; with srun pass --mpi=pmix "
+        "(or pmi2, as your SLURM offers: srun --mpi=list), or use mpirun."
+    ), result.stderr[-2000:]

@@ -141,7 +141,14 @@ def test_in_a_compiled_function_too():
 
 @pytest.mark.parametrize(
     "tokens,prob,P,expected",
-    [(10, 0.15, 20, 2), (30, 0.15, 20, 4), (50, 0.15, 20, 8), (5, 0.15, 20, 1), (200, 0.15, 20, 20), (7, 0.0, 3, 1)],
+    [
+        (10, 0.15, 20, 2),
+        (30, 0.15, 20, 4),
+        (50, 0.15, 20, 8),
+        (5, 0.15, 20, 1),
+        (200, 0.15, 20, 20),
+        (7, 0.0, 3, 1),
+    ],
 )
 def test_budget_is_googles_rounded_half_to_even(tokens, prob, P, expected):
     # 30 x 0.15 = 4.5 -> 4 and 10 x 0.15 = 1.5 -> 2, as Python's round; at least 1, at most P.
@@ -260,8 +267,17 @@ def _updates(files, workers, start=0, updates=6, B=4, accumulation=1, bin_size=0
     streams = [
         iter(
             training_dataset(
-                files, B, 24, 5, num_workers=workers, worker_index=r, start=start, seed=9, window=16,
-                accumulation=accumulation, bin_size=bin_size,
+                files,
+                B,
+                24,
+                5,
+                num_workers=workers,
+                worker_index=r,
+                start=start,
+                seed=9,
+                window=16,
+                accumulation=accumulation,
+                bin_size=bin_size,
             )
         )
         for r in range(workers)
@@ -297,8 +313,12 @@ def test_each_epoch_masks_anew(unmasked_files):
 
 
 def test_evaluation_masks_the_same_each_time(unmasked_files):
-    a = [b[schema.INPUT_IDS].numpy() for b in evaluation_dataset(unmasked_files, 8, 24, 5, bin_size=8, seed=1)]
-    b = [b[schema.INPUT_IDS].numpy() for b in evaluation_dataset(unmasked_files, 8, 24, 5, bin_size=8, seed=1)]
+    a = [
+        b[schema.INPUT_IDS].numpy() for b in evaluation_dataset(unmasked_files, 8, 24, 5, bin_size=8, seed=1)
+    ]
+    b = [
+        b[schema.INPUT_IDS].numpy() for b in evaluation_dataset(unmasked_files, 8, 24, 5, bin_size=8, seed=1)
+    ]
     assert len(a) == 13 and all((x == y).all() for x, y in zip(a, b))
 
 

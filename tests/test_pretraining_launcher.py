@@ -16,6 +16,7 @@ import pytest
 
 from conftest import LAUNCH_ENV, preset_file_values, pretraining_workspace
 from conftest import PRESETS as ALL_PRESETS
+from data import paths as data_paths
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PRESETS = os.path.join(ALL_PRESETS, "run_pretraining_lamb")
@@ -322,6 +323,25 @@ def test_default_paths_are_where_data_download_writes(tmp_path):
     assert "eval_files" not in one and "do_eval" not in one  # --do_eval=false drops both
 
 
+def test_masking_dynamic_reads_the_unmasked_records_data_download_wrote(tmp_path):
+    env = dict(os.environ, BERT_DATA_DIR=str(tmp_path))
+    result = subprocess.run(
+        [sys.executable, "-m", "data.paths", "--masking", "dynamic"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    expected = dict(line.split("\t") for line in result.stdout.splitlines())
+    settings, _, commands = dry_run(
+        "--do_eval=false", "--masking", "dynamic", env={"BERT_DATA_DIR": str(tmp_path)}
+    )
+    assert settings["masking"] == ("dynamic", "--masking")
+    assert flags(commands[1])["input_files"] == os.path.join(expected["phase1"], "training", "*")
+    assert flags(commands[2])["input_files"] == os.path.join(expected["phase2"], "training", "*")
+    assert "_dupe_factor_1_masking_dynamic_" in expected["phase1"]
+
+
 @pytest.mark.parametrize(
     "env, workers, program",
     [
@@ -454,6 +474,17 @@ def test_phase_2_starts_only_from_phase_1s_final_checkpoint(workspace):
         env={**env, "RESULTS_DIR": str(tmp_path / "elsewhere")},
     )
     assert alone.returncode == 2 and "Phase 1 left no checkpoint in" in alone.stderr
+
+
+def test_a_forgotten_masking_flag_is_named_when_the_other_maskings_records_are_there(workspace):
+    tmp_path, env = workspace
+    root = tmp_path / "root"
+    for d in data_paths.default_pretraining_dirs(str(root), masking="dynamic", dupe_factor=1).values():
+        os.makedirs(os.path.join(d, "training"))
+    env = {k: v for k, v in env.items() if not k.endswith("_DATA")}
+    result = launch("--preset", "cpu_tiny", env={**env, "BERT_DATA_DIR": str(root)})
+    assert result.returncode == 2 and _runs(tmp_path) == []
+    assert "built dynamic-masking records there: pass --masking dynamic" in result.stderr
 
 
 @pytest.mark.parametrize(

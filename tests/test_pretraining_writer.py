@@ -149,7 +149,9 @@ def test_dynamic_records_hold_the_static_instances_unmasked(whole_word, corpus, 
     for m, u in zip(masked, unmasked):
         assert set(u) == expected_names | ({"word_continues"} if whole_word else set())
         ids = list(m["input_ids"])
-        for position, label, weight in zip(m["masked_lm_positions"], m["masked_lm_ids"], m["masked_lm_weights"]):
+        for position, label, weight in zip(
+            m["masked_lm_positions"], m["masked_lm_ids"], m["masked_lm_weights"]
+        ):
             if weight:
                 ids[position] = label
         assert u["input_ids"] == ids
@@ -157,7 +159,9 @@ def test_dynamic_records_hold_the_static_instances_unmasked(whole_word, corpus, 
             assert u[name] == m[name]
         assert u["masking_ids"] == [vocab["[CLS]"], vocab["[SEP]"], vocab["[MASK]"], max(vocab.values()) + 1]
         if whole_word:
-            assert u["word_continues"] == [int(t in continues and k < sum(m["input_mask"])) for k, t in enumerate(ids)]
+            assert u["word_continues"] == [
+                int(t in continues and k < sum(m["input_mask"])) for k, t in enumerate(ids)
+            ]
 
 
 def test_both_engines_write_the_same_dynamic_bytes(corpus, base_tokenizer, tmp_path):
@@ -166,7 +170,9 @@ def test_both_engines_write_the_same_dynamic_bytes(corpus, base_tokenizer, tmp_p
     files = {}
     for engine in ("native", "python"):
         out = str(tmp_path / f"{engine}.tfrecord")
-        stats = _create_training_files([corpus], [out], base_tokenizer, o, 99, engine=engine, masking="dynamic")
+        stats = _create_training_files(
+            [corpus], [out], base_tokenizer, o, 99, engine=engine, masking="dynamic"
+        )
         files[engine] = (open(out, "rb").read(), {k: v for k, v in stats.items() if k != "seconds"})
     assert files["native"] == files["python"]
 

@@ -37,9 +37,16 @@ def launched_world(environ) -> tuple:
 
 
 def mpi_ranks(environ):
-    """(comm, rank, world, ranks_on_this_node) for a data stage launched by mpirun; (None, 0, 1, 1)
-    when run directly. mpi4py is imported only when the environment says MPI started us."""
-    world = int(environ.get("OMPI_COMM_WORLD_SIZE") or environ.get("PMI_SIZE") or 1)
+    """(comm, rank, world, ranks_on_this_node) for a data stage launched by mpirun or srun; (None, 0,
+    1, 1) when run directly. mpi4py is imported only when the environment says MPI (or srun with
+    several tasks) started us."""
+    world = int(
+        environ.get("OMPI_COMM_WORLD_SIZE")
+        or environ.get("PMI_SIZE")
+        or environ.get("PMIX_SIZE")
+        or environ.get("SLURM_STEP_NUM_TASKS")
+        or 1
+    )
     if world <= 1:
         return None, 0, 1, 1
     try:
@@ -50,8 +57,16 @@ def mpi_ranks(environ):
             f"install it (bash scripts/setup.sh) or run without mpirun."
         ) from None
     comm = MPI.COMM_WORLD
-    local = int(environ.get("OMPI_COMM_WORLD_LOCAL_SIZE") or environ.get("MPI_LOCALNRANKS") or 1)
-    return comm, comm.Get_rank(), comm.Get_size(), local
+    if comm.Get_size() != world:
+        # srun without an MPI plugin: every task would believe it is alone and write everything.
+        raise RuntimeError(
+            f"The launcher started {world} tasks but MPI sees {comm.Get_size()} rank(s) in this one; "
+            "with srun pass --mpi=pmix (or pmi2, as your SLURM offers: srun --mpi=list), or use mpirun."
+        )
+    local = environ.get("OMPI_COMM_WORLD_LOCAL_SIZE") or environ.get("MPI_LOCALNRANKS")
+    if not local:
+        local = comm.Split_type(MPI.COMM_TYPE_SHARED).Get_size()
+    return comm, comm.Get_rank(), comm.Get_size(), int(local)
 
 
 class _SingleProcess:

@@ -128,7 +128,7 @@ def default_pretraining_dirs(
     """{'phase1': dir, 'phase2': dir}: the TFRecord dirs of NVIDIA's recipe (each has training/ and test/).
 
     `overrides` replace entries of DEFAULT_TFRECORD_PARAMS (do_lower_case, masked_lm_prob,
-    random_seed, dupe_factor).
+    random_seed, dupe_factor) or name the masking ("dynamic": unmasked records).
     """
     settings = {**DEFAULT_TFRECORD_PARAMS, **overrides}
     return {

@@ -19,7 +19,8 @@ def main(argv=None) -> int:
     parser.add_argument("--dataset", default=paths.DEFAULT_DATASET)
     parser.add_argument("--n_training_shards", type=int, default=paths.DEFAULT_TRAINING_SHARDS)
     parser.add_argument("--fraction_test_set", type=float, default=paths.DEFAULT_FRACTION_TEST)
-    parser.add_argument("--dupe_factor", type=int, default=paths.DEFAULT_TFRECORD_PARAMS["dupe_factor"])
+    parser.add_argument("--masking", choices=("static", "dynamic"), default="static")
+    parser.add_argument("--dupe_factor", type=int, default=None, help="default 5 static, 1 dynamic")
     parser.add_argument("--data_dir", default=None, help=f"overrides ${paths.DATA_DIR_ENV}")
     args = parser.parse_args(argv)
     if args.what == "recipe":
@@ -27,8 +28,16 @@ def main(argv=None) -> int:
             print(f"{key}={value}")
         return 0
     root = paths.data_root(os.environ, args.data_dir)
+    dupe_factor = args.dupe_factor or (
+        1 if args.masking == "dynamic" else paths.DEFAULT_TFRECORD_PARAMS["dupe_factor"]
+    )
     dirs = paths.default_pretraining_dirs(
-        root, args.dataset, args.n_training_shards, args.fraction_test_set, dupe_factor=args.dupe_factor
+        root,
+        args.dataset,
+        args.n_training_shards,
+        args.fraction_test_set,
+        dupe_factor=dupe_factor,
+        masking=args.masking,
     )
     values = {
         "root": root,

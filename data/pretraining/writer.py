@@ -265,7 +265,9 @@ def _native_instances(corpus, tokenizer, options, rng, log, lib):
 
 def _write_native(opened, native_corpus, store, order, lib, progress_bytes, layout):
     """Writes the instances round robin; returns the masked token count (0 unmasked)."""
-    serializer = native.RecordSerializer(lib, native_corpus, native.NativeLayout(*schema.native_layout(layout)))
+    serializer = native.RecordSerializer(
+        lib, native_corpus, native.NativeLayout(*schema.native_layout(layout))
+    )
     n_out, total = len(opened), len(order)
     done = 0
     for j, (_, _, writer) in enumerate(opened):
