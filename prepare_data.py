@@ -350,11 +350,10 @@ def _create_tfrecord_files(F, ctx: Context) -> dict:
         do_whole_word_mask=F.do_whole_word_mask,
         masking=F.masking,
         n_processes=ctx.n_processes,
-        rank=ctx.rank,
-        world=ctx.world,
         comm=ctx.comm,
         progress_factory=ctx.progress_factory if ctx.rank == 0 else None,
         verify=F.verify,
+        rank_timeout_s=F.rank_timeout_seconds,
     )
 
 

@@ -1,7 +1,8 @@
-"""Text formatting and sharding on MPI ranks (data/ranks.py): `mpirun -np 2 python prepare_data.py`,
-on this host and across two network-namespace hosts (tests/netns_hosts.py), writes the bytes one
-process writes; a rank that is killed or hangs stops the stage with a sentence naming it, and the
-same command run again finishes with the same bytes.
+"""Every prep stage on MPI ranks (data/ranks.py): `mpirun -np 2 python prepare_data.py`, on this
+host and across two network-namespace hosts (tests/netns_hosts.py), writes the bytes one process
+writes, from text formatting to unmasked (--masking=dynamic) TFRecords; a rank that is killed or
+hangs stops the stage with a sentence naming it, and the same command run again finishes with the
+same bytes.
 
 The corpus mixes every unit the ranks share: a multistream dump (streams, tests/dump_generator.py),
 plain text over RANGE_BYTES (byte ranges) and a small JSONL file (read whole by one rank).
@@ -57,6 +58,35 @@ def one_process(corpus, tmp_path_factory):
     for action in (["text_formatting", "--input_files", corpus], ["sharding", *SHARDS]):
         assert prepare_data.main(["--data_dir", str(data_dir), "--action", *action, *COMMON], environ={}) == 0
     return _outputs(data_dir)
+
+
+def _tfrecord_flags(vocab_file) -> list:
+    return ["--vocab_file", vocab_file, "--masking", "dynamic", "--max_seq_length", "64"]
+
+
+@pytest.fixture(scope="module")
+def one_process_records(corpus, minilm_dir, tmp_path_factory):
+    """The reference for the TFRecord stage: all three stages in this process; {relative path:
+    bytes} of the TFRecord directory."""
+    data_dir = tmp_path_factory.mktemp("one_records")
+    vocab = os.path.join(minilm_dir, "vocab.txt")
+    for action in (
+        ["text_formatting", "--input_files", corpus],
+        ["sharding", *SHARDS],
+        ["create_tfrecord_files", *SHARDS, *_tfrecord_flags(vocab)],
+    ):
+        assert prepare_data.main(["--data_dir", str(data_dir), "--action", *action, *COMMON], environ={}) == 0
+    return _records(data_dir)
+
+
+def _records(data_dir) -> dict:
+    """_outputs of the TFRecord directory alone (8 files: 6 shards' records, their manifest)."""
+    found = {k: v for k, v in _outputs(data_dir).items() if k.startswith("tfrecord" + os.sep)}
+    assert len([k for k in found if k.endswith(".tfrecord")]) == 6, sorted(found)
+    for outputs in (v for k, v in found.items() if k.endswith("manifest.json")):
+        for entry in outputs.values():
+            entry["counts"].pop("worker_seconds", None)
+    return found
 
 
 def _outputs(data_dir) -> dict:
@@ -181,6 +211,37 @@ def test_a_rank_that_hangs_is_named_and_the_rerun_finishes(corpus, one_process, 
     assert _outputs(tmp_path) == one_process  # the killed run's temporaries were cleared
 
 
+def test_a_rank_that_hangs_in_the_tfrecord_stage_is_named_and_the_rerun_finishes(
+    corpus, one_process_records, minilm_dir, tmp_path
+):
+    for action in ("text_formatting", "sharding"):
+        _mpirun(tmp_path, action, corpus)
+    flags = _tfrecord_flags(os.path.join(minilm_dir, "vocab.txt"))
+    run = _mpirun(
+        tmp_path, "create_tfrecord_files", corpus, *flags, "--rank_timeout_seconds", "3", wait=False
+    )
+    try:
+        _wait_for(
+            lambda: glob.glob(str(tmp_path / "tfrecord" / "*" / "d" / ".ranks" / "*" / "rank-1")), "rank 1"
+        )
+        (heartbeat,) = glob.glob(str(tmp_path / "tfrecord" / "*" / "d" / ".ranks" / "*" / "rank-1"))
+        pid = _rank_pid(heartbeat)
+        os.kill(pid, signal.SIGSTOP)
+        stopped = time.monotonic()
+        _, log = run.communicate(timeout=60)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode != 0 and time.monotonic() - stopped < 30, (run.returncode, log[-3000:])
+    sentence = [line for line in log.splitlines() if line.startswith("[create_tfrecord_files] error:")]
+    assert len(sentence) == 1 and f"rank 1 (pid {pid} on " in sentence[0], log[-3000:]
+    (records,) = glob.glob(str(tmp_path / "tfrecord" / "*" / "d"))
+    manifest = os.path.join(records, "manifest.json")
+    assert not os.path.isfile(manifest) or not json.load(open(manifest))["complete"]
+    _mpirun(tmp_path, "create_tfrecord_files", corpus, *flags)
+    assert _records(tmp_path) == one_process_records
+
+
 @pytest.fixture(scope="module")
 def hosts(tmp_path_factory):
     """Two hosts with sshd running; removed (namespaces, veth, sshd, ranks left) even on failure."""
@@ -196,7 +257,9 @@ def hosts(tmp_path_factory):
         two.stop()
 
 
-def test_ranks_on_two_hosts_write_the_bytes_of_one_process(hosts, corpus, one_process, tmp_path):
+def test_ranks_on_two_hosts_write_the_bytes_of_one_process(
+    hosts, corpus, one_process, one_process_records, minilm_dir, tmp_path
+):
     a, b = hosts.hosts
     hostfile = tmp_path / "hostfile"
     hostfile.write_text(f"{a.name} slots=1\n{b.name} slots=1\n")
@@ -213,3 +276,6 @@ def test_ranks_on_two_hosts_write_the_bytes_of_one_process(hosts, corpus, one_pr
     after = hosts.nic_bytes()
     assert all(after[h.name][0] > before[h.name][0] for h in hosts.hosts)  # they talked over the veth
     assert _outputs(data_dir) == one_process
+    flags = _tfrecord_flags(os.path.join(minilm_dir, "vocab.txt"))
+    _mpirun(data_dir, "create_tfrecord_files", corpus, *flags, hostfile_args=args, host=a)
+    assert _records(data_dir) == one_process_records

@@ -1,7 +1,8 @@
 """The TFRecord stage of data preparation: every sentence shard -> one pretraining TFRecord file.
 
 Shards are split over MPI ranks (biggest first to the least-loaded rank) and, within a rank,
-over worker processes; each shard gets its own seed (`shard_seed`). Restartable: outputs are
+over worker processes; each shard gets its own seed (`shard_seed`). The ranks meet through
+data/ranks.py: a rank that dies or hangs is named by the others, which stop. Restartable: outputs are
 recorded in the output directory's manifest with the sha256 of their input shard, a re-run
 skips verified ones, and temporaries of a killed run are removed first.
 """
@@ -21,6 +22,7 @@ from common.files import ensure_writable_dir, read_json, sha256_file
 from data import paths
 from data.corpus.parallel import bounded_imap, report_progress
 from data.manifest import Manifest
+from data.ranks import DEFAULT_TIMEOUT_S, Ranks
 from data.stage import Stage
 
 TFRECORD_STAGE = "create_tfrecord_files"
@@ -179,20 +181,19 @@ class _RankPlan:
     skipped: int
 
 
-def _plan_rank(shard_dir, output_dir, relpaths, params, options, random_seed, rank, world, comm, verify, log):
+def _plan_rank(shard_dir, output_dir, relpaths, params, options, random_seed, ranks: Ranks, verify, log):
     # Every rank decides what is left to do from the same files, before anyone writes.
+    rank, world = ranks.rank, ranks.world
     part = f"rank{rank}" if world > 1 else None
     stage = Stage(output_dir, TFRECORD_STAGE, params, verify=verify, part=part)
     mine = assign_to_ranks(shard_dir, relpaths, world)[rank]
     input_sha = {rel: sha256_file(os.path.join(shard_dir, rel)) for rel in mine}
-    if comm is not None:
-        comm.Barrier()
+    ranks.barrier("after hashing its shards")
     if rank == 0:
         removed = stage.clear(paths.SPLITS)
         if removed:
             log(f"[{TFRECORD_STAGE}] removed {removed} temporary file(s) of an interrupted run.")
-    if comm is not None:
-        comm.Barrier()
+    ranks.barrier("while rank 0 cleared temporaries")
 
     inputs = {_output_rel(rel): rel for rel in mine}
     todo = stage.todo(
@@ -241,14 +242,13 @@ def _write_tasks(plan: _RankPlan, tokenizer_args, n_processes, progress, log) ->
     return failures
 
 
-def _gather(comm, rank, manifest, local, failures):
+def _gather(ranks: Ranks, manifest, local, failures):
     """Every rank's counts and errors, summed on every rank; rank 0 folds the manifest parts in."""
-    gathered = comm.allgather((local, failures))
+    gathered = ranks.allgather((local, failures), "after writing its TFRecord files")
     errors = [e for _, errs in gathered for e in errs]
-    comm.Barrier()
-    if rank == 0:
+    if ranks.rank == 0:
         manifest.merge_parts()
-    comm.Barrier()
+    ranks.barrier("while rank 0 merged the manifest")
     total = {k: sum(g[0][k] for g in gathered) for k in ("shards", "skipped", "done", "failed")}
     total["seconds"] = max(g[0]["seconds"] for g in gathered)
     return total, errors
@@ -283,17 +283,17 @@ def create_tfrecord_files(
     do_whole_word_mask: bool = False,
     masking: str = "static",
     n_processes: int = 1,
-    rank: int = 0,
-    world: int = 1,
     comm=None,
     progress_factory=None,
     verify: str = "sha256",
     log=_log,
+    rank_timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> dict:
     """Every shard of shard_dir -> output_dir/<split>/<shard>.tfrecord, in parallel, restartable.
 
-    Shards are split over `world` MPI ranks (`comm` is an mpi4py communicator, or None for one
-    process) and, within a rank, over `n_processes` worker processes. Returns the summed stats
+    Shards are split over the MPI ranks of `comm` (an mpi4py communicator, or None for one
+    process; a rank silent for `rank_timeout_s` is named and the stage stops) and, within a rank,
+    over `n_processes` worker processes. Returns the summed stats
     of create_training_files plus shards / skipped / failed counts (on every rank).
     """
     options = {
@@ -320,9 +320,39 @@ def create_tfrecord_files(
         "vocab_sha256": sha256_file(vocab_file or spm_model_file),
         "vocab_kind": "wordpiece" if vocab_file else "sentencepiece",
     }
-    plan = _plan_rank(
-        shard_dir, output_dir, relpaths, params, options, random_seed, rank, world, comm, verify, log
-    )
+    with Ranks(comm, output_dir, TFRECORD_STAGE, rank_timeout_s, log) as ranks:
+        return _run_ranks(
+            ranks,
+            shard_dir,
+            output_dir,
+            relpaths,
+            params,
+            options,
+            random_seed,
+            tokenizer_args,
+            n_processes,
+            progress_factory,
+            verify,
+            log,
+        )
+
+
+def _run_ranks(
+    ranks,
+    shard_dir,
+    output_dir,
+    relpaths,
+    params,
+    options,
+    random_seed,
+    tokenizer_args,
+    n_processes,
+    progress_factory,
+    verify,
+    log,
+) -> dict:
+    rank, world = ranks.rank, ranks.world
+    plan = _plan_rank(shard_dir, output_dir, relpaths, params, options, random_seed, ranks, verify, log)
 
     start = time.monotonic()
     failures = []
@@ -341,8 +371,8 @@ def create_tfrecord_files(
         "seconds": round(time.monotonic() - start, 3),
     }
     errors = failures
-    if comm is not None:
-        local, errors = _gather(comm, rank, plan.stage.manifest, local, failures)
+    if world > 1:
+        local, errors = _gather(ranks, plan.stage.manifest, local, failures)
     if errors:
         raise UserError(
             f"{len(errors)} shard(s) failed and were left without output (re-run to retry "
