@@ -16,6 +16,7 @@ Needs root, `ip netns`, and Debian's openssh-server (scripts/install_test_hosts.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import secrets
@@ -242,3 +243,21 @@ class TwoHosts:
             subprocess.run(["ip", "netns", "del", namespace], capture_output=True)
             shutil.rmtree(os.path.join("/etc/netns", namespace), ignore_errors=True)
         self._made = []
+
+
+@contextlib.contextmanager
+def started(directory):
+    """Two hosts with sshd running, for a module-scoped fixture; removed (namespaces, veth, sshd,
+    ranks left) even on failure. Skips the test when they cannot be made here."""
+    import pytest
+
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(f"two namespaced hosts cannot be made here: {reason}")
+    install_ssh()
+    two = TwoHosts(directory)
+    try:
+        two.start()
+        yield two
+    finally:
+        two.stop()

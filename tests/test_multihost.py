@@ -111,17 +111,8 @@ def corpus(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def hosts(tmp_path_factory):
-    """Two hosts with sshd running; removed (namespaces, veth, sshd, ranks left) even on failure."""
-    reason = netns_hosts.unavailable_reason()
-    if reason:
-        pytest.skip(f"two namespaced hosts cannot be made here: {reason}")
-    netns_hosts.install_ssh()
-    two = netns_hosts.TwoHosts(tmp_path_factory.mktemp("hosts"))
-    try:
-        two.start()
+    with netns_hosts.started(tmp_path_factory.mktemp("hosts")) as two:
         yield two
-    finally:
-        two.stop()
 
 
 def _launch(corpus, results, workers, first_host=None, script=("scripts/run_pretraining_lamb.sh",), **env):

@@ -244,17 +244,8 @@ def test_a_rank_that_hangs_in_the_tfrecord_stage_is_named_and_the_rerun_finishes
 
 @pytest.fixture(scope="module")
 def hosts(tmp_path_factory):
-    """Two hosts with sshd running; removed (namespaces, veth, sshd, ranks left) even on failure."""
-    reason = netns_hosts.unavailable_reason()
-    if reason:
-        pytest.skip(f"two namespaced hosts cannot be made here: {reason}")
-    netns_hosts.install_ssh()
-    two = netns_hosts.TwoHosts(tmp_path_factory.mktemp("hosts"))
-    try:
-        two.start()
+    with netns_hosts.started(tmp_path_factory.mktemp("hosts")) as two:
         yield two
-    finally:
-        two.stop()
 
 
 def test_ranks_on_two_hosts_write_the_bytes_of_one_process(

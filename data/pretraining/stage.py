@@ -170,6 +170,23 @@ def _tokenizer_args(vocab_file, spm_model_file, do_lower_case) -> dict:
     return args
 
 
+@dataclasses.dataclass(frozen=True)
+class _StageJob:
+    """The stage's resolved inputs, the same on every rank."""
+
+    shard_dir: str
+    output_dir: str
+    relpaths: list  # every shard, split/name.txt
+    params: dict  # the manifest's parameters
+    options: dict  # create_training_files' instance options
+    random_seed: int
+    tokenizer_args: dict
+    n_processes: int
+    progress_factory: object
+    verify: str
+    log: object
+
+
 @dataclasses.dataclass
 class _RankPlan:
     """What one rank writes: its stage (over a part of the manifest when there are several
@@ -181,13 +198,13 @@ class _RankPlan:
     skipped: int
 
 
-def _plan_rank(shard_dir, output_dir, relpaths, params, options, random_seed, ranks: Ranks, verify, log):
+def _plan_rank(job: _StageJob, ranks: Ranks) -> _RankPlan:
     # Every rank decides what is left to do from the same files, before anyone writes.
-    rank, world = ranks.rank, ranks.world
+    rank, world, log = ranks.rank, ranks.world, job.log
     part = f"rank{rank}" if world > 1 else None
-    stage = Stage(output_dir, TFRECORD_STAGE, params, verify=verify, part=part)
-    mine = assign_to_ranks(shard_dir, relpaths, world)[rank]
-    input_sha = {rel: sha256_file(os.path.join(shard_dir, rel)) for rel in mine}
+    stage = Stage(job.output_dir, TFRECORD_STAGE, job.params, verify=job.verify, part=part)
+    mine = assign_to_ranks(job.shard_dir, job.relpaths, world)[rank]
+    input_sha = {rel: sha256_file(os.path.join(job.shard_dir, rel)) for rel in mine}
     ranks.barrier("after hashing its shards")
     if rank == 0:
         removed = stage.clear(paths.SPLITS)
@@ -202,11 +219,11 @@ def _plan_rank(shard_dir, output_dir, relpaths, params, options, random_seed, ra
     tasks = [
         {
             "relpath": inputs[out],
-            "input": os.path.join(shard_dir, inputs[out]),
-            "output": os.path.join(output_dir, out),
+            "input": os.path.join(job.shard_dir, inputs[out]),
+            "output": os.path.join(job.output_dir, out),
             "input_sha256": input_sha[inputs[out]],
-            "seed": shard_seed(random_seed, inputs[out]),
-            "options": options,
+            "seed": shard_seed(job.random_seed, inputs[out]),
+            "options": job.options,
         }
         for out in todo
     ]
@@ -320,47 +337,35 @@ def create_tfrecord_files(
         "vocab_sha256": sha256_file(vocab_file or spm_model_file),
         "vocab_kind": "wordpiece" if vocab_file else "sentencepiece",
     }
+    job = _StageJob(
+        shard_dir,
+        output_dir,
+        relpaths,
+        params,
+        options,
+        random_seed,
+        tokenizer_args,
+        n_processes,
+        progress_factory,
+        verify,
+        log,
+    )
     with Ranks(comm, output_dir, TFRECORD_STAGE, rank_timeout_s, log) as ranks:
-        return _run_ranks(
-            ranks,
-            shard_dir,
-            output_dir,
-            relpaths,
-            params,
-            options,
-            random_seed,
-            tokenizer_args,
-            n_processes,
-            progress_factory,
-            verify,
-            log,
-        )
+        return _run_ranks(job, ranks)
 
 
-def _run_ranks(
-    ranks,
-    shard_dir,
-    output_dir,
-    relpaths,
-    params,
-    options,
-    random_seed,
-    tokenizer_args,
-    n_processes,
-    progress_factory,
-    verify,
-    log,
-) -> dict:
+def _run_ranks(job: _StageJob, ranks: Ranks) -> dict:
+    """This rank's share of the stage, then the ranks' totals (on every rank)."""
     rank, world = ranks.rank, ranks.world
-    plan = _plan_rank(shard_dir, output_dir, relpaths, params, options, random_seed, ranks, verify, log)
+    plan = _plan_rank(job, ranks)
 
     start = time.monotonic()
     failures = []
     if plan.tasks:
         total_bytes = sum(os.path.getsize(t["input"]) for t in plan.tasks)
         name = TFRECORD_STAGE if world == 1 else f"{TFRECORD_STAGE}[{rank}]"
-        progress = progress_factory(name, total_bytes) if progress_factory else None
-        failures = _write_tasks(plan, tokenizer_args, n_processes, progress, log)
+        progress = job.progress_factory(name, total_bytes) if job.progress_factory else None
+        failures = _write_tasks(plan, job.tokenizer_args, job.n_processes, progress, job.log)
         if progress is not None:
             progress.close()
     local = {
@@ -378,4 +383,4 @@ def _run_ranks(
             f"{len(errors)} shard(s) failed and were left without output (re-run to retry "
             f"them): " + "; ".join(errors[:3]) + (" ..." if len(errors) > 3 else "")
         )
-    return {**_totals(output_dir, params, relpaths, rank), **local, "output_dir": output_dir}
+    return {**_totals(job.output_dir, job.params, job.relpaths, rank), **local, "output_dir": job.output_dir}
