@@ -50,7 +50,18 @@ def define_flags(
     flag("predict_batch_size", "Examples per prediction batch.")
     flag("num_train_epochs", "Epochs over the training features.")
     flag("warmup_proportion", "Share of the updates spent in linear warmup (then linear decay to 0).")
+    flag(
+        "decay_after_warmup",
+        "Count the linear decay from the end of warmup, so the rate reaches the peak (Hugging Face's "
+        "get_linear_schedule_with_warmup); default: from step 0, as Google's run_squad / "
+        "run_classifier, whose rate after warmup starts at (1 - warmup_proportion) of the peak.",
+    )
     flag("optimizer_type", "Optimizer (Google's default).", OPTIMIZERS)
+    flag(
+        "adam_epsilon",
+        "The optimizer's epsilon in m / (sqrt(v) + epsilon): Google's 1e-6 by default; Hugging "
+        "Face's (torch's AdamW) is 1e-8.",
+    )
     flag("do_train", "Fine-tune.")
     flag(
         "group_by_length",

@@ -245,3 +245,49 @@ def test_the_training_rows_come_in_one_order_for_every_worker_count_from_any_pos
     assert order(2, 4, start=13, micro_batches=3) == one[13:37]
     with pytest.raises(UserError, match=r"10 training features are fewer than --train_batch_size=4 x 3"):
         training_dataset(arrays, 4, num_workers=3, worker_index=0, seed=3)
+
+
+def _run_squad_settings(*argv):
+    from absl import flags
+
+    import finetuning_cli
+
+    fv = flags.FlagValues()
+    finetuning_cli.define_flags(fv, max_seq_length=128, learning_rate=5e-5, train_batch_size=16, epochs=2.0)
+    fv(["run_squad", "--output_dir=/tmp/x", *argv])
+    return finetuning_cli.settings_from_flags(fv)
+
+
+def test_decay_after_warmup_flag_reaches_the_schedule():
+    """Issue 37: Google's decay counts from step 0 (88 updates, 8 of warmup: 80/88 of the peak
+    after warmup); --decay_after_warmup counts it from the end of warmup (the peak after warmup)."""
+    from training.finetuning_job import update_of
+
+    google = _run_squad_settings()
+    assert google.decay_after_warmup is False
+    schedule = update_of(google, workers=1).learning_rate_schedule(8, 88)
+    assert float(schedule(8)) == pytest.approx(5e-5 * 80 / 88, rel=1e-6)
+    after = _run_squad_settings("--decay_after_warmup")
+    assert after.decay_after_warmup is True
+    schedule = update_of(after, workers=2).learning_rate_schedule(8, 88)  # the peak is per worker
+    assert [float(schedule(s)) for s in (4, 8, 48, 88)] == pytest.approx([5e-5, 1e-4, 5e-5, 0.0], rel=1e-6)
+
+
+def test_decay_after_warmup_flag_refuses_a_non_boolean():
+    from absl import flags
+
+    with pytest.raises(flags.IllegalFlagValueError, match="decay_after_warmup"):
+        _run_squad_settings("--decay_after_warmup=sometimes")
+
+
+def test_adam_epsilon_flag_reaches_the_optimizer():
+    """Issue 37: Google's epsilon 1e-6 by default; --adam_epsilon=1e-8 is Hugging Face's (torch's)."""
+    from absl import flags
+
+    from training.finetuning_job import update_of
+
+    assert update_of(_run_squad_settings(), workers=1).optimizer(8, 88).epsilon == pytest.approx(1e-6)
+    optimizer = update_of(_run_squad_settings("--adam_epsilon=1e-8"), workers=1).optimizer(8, 88)
+    assert optimizer.epsilon == pytest.approx(1e-8)
+    with pytest.raises(flags.IllegalFlagValueError, match="adam_epsilon"):
+        _run_squad_settings("--adam_epsilon=0")

@@ -52,13 +52,56 @@ def test_every_step_equals_googles_formula(warmup, power, end):
         assert ours[0] == pytest.approx(PEAK)
 
 
+def hugging_face_learning_rate(step, init_lr, num_warmup_steps, num_training_steps):
+    """transformers.get_linear_schedule_with_warmup's lr_lambda times the peak, for one step."""
+    if step < num_warmup_steps:
+        return init_lr * step / max(1, num_warmup_steps)
+    return init_lr * max(0.0, (num_training_steps - step) / max(1, num_training_steps - num_warmup_steps))
+
+
+def test_decay_from_warmup_reaches_the_peak_and_equals_hugging_faces_formula():
+    schedule = WarmupPolynomialDecay(PEAK, WARMUP, TOTAL, 1.0, decay_from_warmup=True)
+    expected = {  # by hand: W = 20, T = 100, so the decay spans 80 steps
+        0: 0.0,
+        WARMUP - 1: PEAK * 19 / 20,
+        WARMUP: PEAK,  # no drop at the end of warmup
+        60: PEAK * 40 / 80,
+        TOTAL - 1: PEAK / 80,
+        TOTAL: 0.0,
+        TOTAL + 3: 0.0,
+    }
+    for step, value in expected.items():
+        assert float(schedule(step)) == pytest.approx(value, rel=1e-6, abs=1e-12), step
+    steps = np.arange(TOTAL + 5)
+    ours = np.array([float(schedule(tf.constant(s, tf.int64))) for s in steps])
+    theirs = np.array([hugging_face_learning_rate(s, PEAK, WARMUP, TOTAL) for s in steps])
+    np.testing.assert_allclose(ours, theirs, rtol=1e-6, atol=1e-12)
+    # The issue-37 setting: 88 updates, 8 of warmup. Google's rate after warmup is 80/88 of the
+    # peak and its rates add up to 0.916 of these.
+    google = WarmupPolynomialDecay(5e-5, 8, 88, 1.0)
+    after = WarmupPolynomialDecay(5e-5, 8, 88, 1.0, decay_from_warmup=True)
+    assert float(google(8)) == pytest.approx(5e-5 * 80 / 88) and float(after(8)) == pytest.approx(5e-5)
+    totals = [sum(float(s(step)) for step in range(88)) for s in (google, after)]
+    assert totals[0] / totals[1] == pytest.approx(0.9163, abs=1e-3)
+
+
+def test_decay_from_warmup_with_power_and_all_warmup():
+    schedule = WarmupPolynomialDecay(PEAK, WARMUP, TOTAL, 0.5, end_learning_rate=1e-5, decay_from_warmup=True)
+    assert float(schedule(60)) == pytest.approx((PEAK - 1e-5) * 0.5**0.5 + 1e-5, rel=1e-6)
+    whole = WarmupPolynomialDecay(PEAK, TOTAL, TOTAL, 1.0, decay_from_warmup=True)  # T - W = 0
+    assert [float(whole(s)) for s in (50, TOTAL, TOTAL + 1)] == pytest.approx([PEAK / 2, 0.0, 0.0])
+
+
 def test_same_value_inside_an_xla_function():
-    schedule = WarmupPolynomialDecay(PEAK, WARMUP, TOTAL, 0.5)
-    step = tf.Variable(0, dtype=tf.int64)
-    compiled = tf.function(lambda: schedule(step), jit_compile=True)
-    for s in [0, WARMUP - 1, WARMUP, 73, TOTAL, TOTAL + 1]:
-        step.assign(s)
-        assert float(compiled()) == pytest.approx(float(schedule(s)), rel=1e-6, abs=1e-12)
+    for schedule in (
+        WarmupPolynomialDecay(PEAK, WARMUP, TOTAL, 0.5),
+        WarmupPolynomialDecay(PEAK, WARMUP, TOTAL, 1.0, decay_from_warmup=True),
+    ):
+        step = tf.Variable(0, dtype=tf.int64)
+        compiled = tf.function(lambda: schedule(step), jit_compile=True)  # noqa: B023 (called at once)
+        for s in [0, WARMUP - 1, WARMUP, 73, TOTAL, TOTAL + 1]:
+            step.assign(s)
+            assert float(compiled()) == pytest.approx(float(schedule(s)), rel=1e-6, abs=1e-12)
 
 
 def test_serialisable():
@@ -69,6 +112,7 @@ def test_serialisable():
         "total_steps": TOTAL,
         "power": 0.5,
         "end_learning_rate": 1e-6,
+        "decay_from_warmup": False,
     }
     restored = keras.optimizers.schedules.deserialize(keras.optimizers.schedules.serialize(schedule))
     assert type(restored) is Schedule and restored.get_config() == schedule.get_config()

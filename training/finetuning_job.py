@@ -45,6 +45,8 @@ class FineTuningSettings(job.JobSettings):
     predict_batch_size: int = setting("count", 8)
     num_train_epochs: float = setting("epochs", 3.0)
     warmup_proportion: float = setting("proportion", 0.1)
+    decay_after_warmup: bool = setting("bool", False)  # False: Google's decay from step 0
+    adam_epsilon: float = setting("rate", 1e-6)  # Google's; Hugging Face's is 1e-8
     optimizer_type: str = "adam_weight_decay"
     do_train: bool = setting("bool", False)
     do_predict: bool = setting("bool", False)
@@ -221,7 +223,9 @@ def periodic_evaluation(
 
 
 def update_of(s: FineTuningSettings, workers: int) -> job.Update:
-    """The update `s` asks for on `workers` workers: linear decay after warmup, whatever the optimizer."""
+    """The update `s` asks for on `workers` workers: linear decay after warmup, whatever the
+    optimizer, counted from step 0 (Google's) or, with --decay_after_warmup, from the end of warmup;
+    the optimizer's epsilon --adam_epsilon."""
     return job.Update(
         s.train_batch_size,
         s.num_accumulation_steps,
@@ -229,6 +233,8 @@ def update_of(s: FineTuningSettings, workers: int) -> job.Update:
         workers,
         s.optimizer_type,
         decay_power=FINE_TUNING_DECAY_POWER,
+        decay_from_warmup=s.decay_after_warmup,
+        epsilon=s.adam_epsilon,
     )
 
 

@@ -218,6 +218,8 @@ class Update:
     optimizer_type: str
     decay_power: float | None = None  # None: the optimizer's (optimization.DECAY_POWER)
     learning_rate_workers: int | None = None  # None: workers
+    decay_from_warmup: bool = False  # decay counted from the end of warmup, not step 0 (Google's)
+    epsilon: float | None = None  # None: the optimizer's (1e-6, Google's and NVIDIA's)
 
     @property
     def scaled_for_workers(self) -> int:
@@ -276,13 +278,29 @@ class Update:
         )
 
     def learning_rate_schedule(self, warmup_steps: int, train_steps: int):
-        """Warmup to the peak, then polynomial decay to 0 at `train_steps`; train_steps 0 (no
-        training: the optimizer only restores or evaluates) gives the constant peak."""
+        """Warmup to the peak, then polynomial decay to 0 at `train_steps`, counted from step 0
+        (Google's) or from the end of warmup (decay_from_warmup); train_steps 0 (no training: the
+        optimizer only restores or evaluates) gives the constant peak."""
         from optimization import WarmupPolynomialDecay
 
         if not train_steps:
             return self.peak_learning_rate
-        return WarmupPolynomialDecay(self.peak_learning_rate, warmup_steps, train_steps, self.power)
+        return WarmupPolynomialDecay(
+            self.peak_learning_rate,
+            warmup_steps,
+            train_steps,
+            self.power,
+            decay_from_warmup=self.decay_from_warmup,
+        )
+
+    def optimizer(self, warmup_steps: int, train_steps: int):
+        """The optimizer of this update, on its learning-rate schedule."""
+        from optimization import create_optimizer
+
+        options = {} if self.epsilon is None else {"epsilon": self.epsilon}
+        return create_optimizer(
+            self.optimizer_type, self.learning_rate_schedule(warmup_steps, train_steps), **options
+        )
 
     def build(
         self,
@@ -297,15 +315,11 @@ class Update:
     ):
         """The TrainStep (training/train_step.py) of `model` and `objective` with this update's
         optimizer and schedule; `shapes_vary` when the input is binned by length."""
-        from optimization import create_optimizer
         from training.train_step import TrainStep
 
-        optimizer = create_optimizer(
-            self.optimizer_type, self.learning_rate_schedule(warmup_steps, train_steps)
-        )
         return TrainStep(
             model,
-            optimizer,
+            self.optimizer(warmup_steps, train_steps),
             objective,
             accumulation_steps=self.accumulation_steps,
             distributed=distributed,
