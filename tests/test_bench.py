@@ -226,16 +226,36 @@ def test_input_order():
         "pipeline",
         "sequences/s of worker 0, median (min-max)",
         "/ per-worker files",
+        "x A100",
     ]
     assert [row[:3] for row in rows] == [
-        ["phase 1 (s128, b64)", "1", "global order"],
-        ["phase 1 (s128, b64)", "1", "per-worker files"],
-        ["phase 1: first batch from sequence 0", "", "global order"],
-        ["phase 1: first batch from sequence 117 (mid-epoch)", "", "global order"],
+        ["phase 1 (s128, b64)", "1", "global order, static"],
+        ["phase 1 (s128, b64)", "1", "per-worker files, static"],
+        ["phase 1 (s128, b64)", "1", "global order, dynamic"],
+        ["phase 1 (s128, b64)", "1", "global order, dynamic, whole words"],
+        ["phase 1: first batch from sequence 0", "", "global order, static"],
+        ["phase 1: first batch from sequence 117 (mid-epoch)", "", "global order, static"],
     ]
-    assert_numbers(rows[:2], [3], NUMBER_RANGE)
-    assert_numbers(rows[:2], [4])
-    assert_numbers(rows[2:], [3])
+    assert_numbers(rows[:4], [3], NUMBER_RANGE)
+    assert_numbers(rows[:4], [4, 5])
+    assert rows[1][4] == "1.00"  # the peer is its own unit
+    assert_numbers(rows[4:], [3])
+
+
+def test_input_order_dynamic_alone():
+    # Without static records there is no per-worker-files peer and no ratio to it.
+    out = run_bench(
+        "input_order.py",
+        *("--files", "2", "--records", "40", "--workers", "2", "--phases", "2", "--maskings", "dynamic"),
+        *("--window", "40", "--seconds", "0.2", "--repeats", "1"),
+    )
+    [(header, rows)] = tables(out)
+    assert [row[:3] for row in rows] == [
+        ["phase 2 (s512, b8)", "2", "global order, dynamic"],
+        ["phase 2: first batch from sequence 0", "", "global order, dynamic"],
+        ["phase 2: first batch from sequence 27 (mid-epoch)", "", "global order, dynamic"],
+    ]
+    assert rows[0][4] == "" and NUMBER.fullmatch(rows[0][5])
 
 
 def test_optimizer_convergence(tmp_path):
@@ -319,11 +339,12 @@ def test_tokenizer_exactness(tmp_path):
 
 def test_prep_scale(tmp_path):
     out = run_bench("prep_scale.py", "--xml_mb", "0.5", "--processes", "1,2", "--cache_dir", str(tmp_path))
-    stages, projection = tables(out)
+    stages, comparison, breakdown, projection = tables(out)
     header, rows = stages
     assert header == [
         "stage",
         "input MB",
+        "output MB",
         "1p seconds",
         "1p CPU s parent + workers",
         "1p peak RSS MB parent / worker",
@@ -333,23 +354,77 @@ def test_prep_scale(tmp_path):
         "2p speed-up",
         "same bytes",
     ]
-    assert [row[0] for row in rows] == ["text_formatting", "sharding", "tfrecords_phase1", "tfrecords_phase2"]
-    assert_numbers(rows, [1, 2, 5, 8])
+    tfrecord_stages = [
+        "tfrecords_phase1 static",
+        "tfrecords_phase2 static",
+        "tfrecords_phase1 dynamic",
+        "tfrecords_phase2 dynamic",
+    ]
+    assert [row[0] for row in rows] == ["text_formatting", "sharding", *tfrecord_stages]
+    assert_numbers(rows, [1, 2, 3, 6, 9])
     for row in rows:
-        assert re.fullmatch(r"[\d.]+ \+ [\d.]+", row[3]) and re.fullmatch(r"\d+ / (\d+|-)", row[4]), row
-        assert re.fullmatch(r"[\d.]+ \+ [\d.]+", row[6]) and re.fullmatch(r"\d+ / \d+", row[7]), row
-        assert row[9] == "yes"  # 1 and 2 processes wrote the same bytes
+        assert re.fullmatch(r"[\d.]+ \+ [\d.]+", row[4]) and re.fullmatch(r"\d+ / (\d+|-)", row[5]), row
+        assert re.fullmatch(r"[\d.]+ \+ [\d.]+", row[7]) and re.fullmatch(r"\d+ / \d+", row[8]), row
+        assert row[10] == "yes"  # 1 and 2 processes wrote the same bytes
+    written = {row[0]: float(row[2].replace(",", "")) for row in rows}
+    for phase in ("phase1", "phase2"):  # five masked copies against one unmasked: well over 4x
+        assert written[f"tfrecords_{phase} static"] > 4 * written[f"tfrecords_{phase} dynamic"]
+
+    header, rows = comparison
+    assert header[:4] == [
+        "TFRecord stages",
+        "MB static / dynamic",
+        "bytes ratio",
+        "instances static / dynamic",
+    ]
+    assert header[-1] == ">= 4x: bytes, time"
+    assert [row[0] for row in rows] == ["phase 1 (seq 128)", "phase 2 (seq 512)", "both phases"]
+    for row in rows:
+        static, dynamic = (int(n.replace(",", "")) for n in row[3].split(" / "))
+        assert 4.5 * dynamic < static < 5.5 * dynamic  # dupe 5 against dupe 1, the same pairs
+        assert row[-1].startswith("yes, ")  # the bytes target
+    assert_numbers(rows, [2, 5, 7, 9])
+
+    header, rows = breakdown
+    assert header[:3] == ["phase", "records", "instances"]
+    assert [row[:2] for row in rows] == [
+        [phase, records]
+        for phase in ("phase1", "phase2")
+        for records in ("static, dupe 5", "static, dupe 1", "dynamic, dupe 1")
+    ]
+    assert_numbers(rows, [2, 3, 4, 5, 6, 8, 9])
+    for static1, dynamic1 in ((rows[1], rows[2]), (rows[4], rows[5])):
+        assert static1[2] == dynamic1[2]  # dynamic records are the static ones' first copy, unmasked
 
     header, rows = projection
     assert header[:2] == ["stage", "1 process, full dump"]
     assert [row[0] for row in rows] == [
         "text_formatting",
         "sharding",
-        "tfrecords_phase1",
-        "tfrecords_phase2",
-        "whole path",
+        *tfrecord_stages,
+        "whole path, static (dupe 5)",
+        "whole path, dynamic (dupe 1)",
     ]
     assert all(re.fullmatch(r"\d+:\d\d:\d\d", row[1]) for row in rows)
+
+
+@pytest.mark.slow
+def test_masking_quality(tmp_path):
+    # The quickstart's commands at their smallest (about 2 minutes: two pretrainings, four evaluations).
+    out = run_bench(
+        "masking_quality.py", "--corpus_mb", "0.3", "--train_steps", "20", "--work_dir", str(tmp_path)
+    )
+    [(header, rows)] = tables(out)
+    assert header[:4] == ["records", "seed", "steps", "held-out MLM acc seq 128"]
+    assert [row[:3] for row in rows] == [
+        ["static, dupe 2", "12345", "20"],
+        ["dynamic, dupe 1", "12345", "20"],
+        ["dynamic - static, mean over seeds", "", ""],
+    ]
+    assert_numbers(rows[:2], [3, 4, 5, 6, 7, 8, 9])
+    assert all(re.fullmatch(r"[+-]\d\.\d{3}", cell) for cell in rows[2][3:8]), rows[2]
+    assert re.search(r"training records, static \(dupe 2\): seq 128: [\d,]+ records", out)
+    assert re.search(r"held out at seq 512: [\d,]+ masked positions", out)
 
 
 def test_padding(tmp_path):
@@ -415,3 +490,66 @@ def test_padding(tmp_path):
     # Records of at most half the sequence: binned, more of what is computed is real.
     phase2 = "quickstart corpus phase 2 (seq 512)"
     assert real[(phase2, "quickstart: 8 x 4", "64")] > 2 * real[(phase2, "quickstart: 8 x 4", "0")]
+
+
+def test_finetune_quality_reference_schedule_and_batches_are_what_they_say():
+    """bench/finetune_quality.py's Hugging Face side: its two schedules equal the library's
+    WarmupPolynomialDecay from step 0 (Google's) and from the end of warmup; Trainer's batches
+    (ceil per epoch, the last short) against Google's whole batches; the pair task's rows."""
+    from bench import finetune_quality as fq
+    from optimization import WarmupPolynomialDecay
+
+    for google in (True, False):
+        rate = fq.hf_schedule(google, 5e-5, 9, 90)
+        library = WarmupPolynomialDecay(5e-5, 9, 90, 1.0, decay_from_warmup=not google)
+        assert [rate(s) for s in range(92)] == pytest.approx([float(library(s)) for s in range(92)], rel=1e-5)
+    trainer = fq.hf_batches(707, 16, 2.0, seed=0, whole_batches=False)
+    assert len(trainer) == 90 and [len(b) for b in trainer[43:46]] == [16, 3, 16]
+    assert sorted(i for b in trainer[:45] for i in b) == list(range(707))
+    google = fq.hf_batches(707, 16, 2.0, seed=0, whole_batches=True)
+    assert len(google) == 88 and {len(b) for b in google} == {16}
+
+    def qa(i, name):
+        return {
+            "id": str(i),
+            "question": f"Which function of m does this: do {name}?",
+            "answers": [{"text": name}],
+        }
+
+    squad = {
+        "data": [
+            {"paragraphs": [{"qas": [qa(0, "f0")]}, {"qas": [qa(1, "f1")]}]},
+            {"paragraphs": [{"qas": [qa(2, "alone")]}]},
+        ]
+    }
+    assert fq.first_questions(squad, 1)["data"] == [{"paragraphs": [{"qas": [qa(0, "f0")]}]}]
+    assert fq.pair_rows(squad, seed=0) == [
+        ("Which function of m does this: do f0?", "f0: Do f0", "entailment"),
+        ("Which function of m does this: do f0?", "f1: Do f1", "not_entailment"),
+        ("Which function of m does this: do f1?", "f1: Do f1", "entailment"),
+        ("Which function of m does this: do f1?", "f0: Do f0", "not_entailment"),
+    ]  # "alone" has no other function in its module: left out
+    rows = fq.summary_rows(
+        ["", "--x"], {1: {"": 29.0, "--x": 31.0, "hf": 30.0}, 2: {"": 28.0, "--x": 33.0, "hf": 34.0}}
+    )
+    assert rows[-1] == [
+        "mean (sd)",
+        "28.5 (0.7)",
+        "32.0 (1.4)",
+        "32.0 (2.8)",
+        "+3.5 (3.5); lower in 2 of 2",
+        "+0.0 (1.4); lower in 1 of 2",
+    ]
+
+
+@pytest.mark.slow
+def test_finetune_quality(tmp_path):
+    out = run_bench(
+        "finetune_quality.py",
+        *("--seeds", "1", "--tasks", "squad", "--ours=", "--train_questions", "24", "--dev_questions", "12"),
+        *("--work_dir", str(tmp_path)),
+    )
+    [(header, rows)] = tables(out)
+    assert header == ["seed", "ours defaults", "Hugging Face", "HF - ours defaults"]
+    assert rows[0][0] == "1" and rows[1][0] == "mean (sd)"
+    assert_numbers(rows[:1], [1, 2])
