@@ -31,6 +31,7 @@ import tensorflow as tf
 from common.errors import UserError
 from common.files import expand_globs
 from data.pretraining import schema, tfrecord
+from training.masking import MASKED_LM_PROB
 
 DEFAULT_SHUFFLE_WINDOW = 10000
 
@@ -160,7 +161,7 @@ class Masking:
     """How unmasked (dynamic) records are masked as they are read: training/masking.py's rules
     with this probability, max_predictions_per_seq and seed."""
 
-    masked_lm_prob: float = 0.15
+    masked_lm_prob: float = MASKED_LM_PROB
     seed: int = 12345
 
 
@@ -221,7 +222,7 @@ def training_dataset(
     count=None,
     accumulation=1,
     bin_size=0,
-    masked_lm_prob=0.15,
+    masked_lm_prob=MASKED_LM_PROB,
     layout=None,
 ):
     """One worker's micro-batches of the global order of `files` (training/data_order.py), from
@@ -286,19 +287,21 @@ def evaluation_dataset(
     *,
     bin_size=0,
     max_batches=None,
-    masked_lm_prob=0.15,
+    masked_lm_prob=MASKED_LM_PROB,
     seed=12345,
+    layout=None,
 ):
     """The records of `file_patterns` (globs: a list, or one comma-separated string), in file
     order, once (the first max_batches x batch_size when max_batches), in batches of `batch_size`
     (the last one partial), each file checked first. With bin_size > 0 every
     EVALUATION_SORT_BATCHES batches' records are sorted by length and each batch is cut to its bin
     length: the same records, so the same sums, in fewer FLOPs. Unmasked records are masked by
-    their position in file order and `seed`: the same masks at every evaluation."""
+    their position in file order and `seed`: the same masks at every evaluation. `layout`, when
+    given, is what check_files found for these files (they are then not read again)."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
     files = expand_globs(file_patterns)
-    layout = check_files(files, max_seq_length, max_predictions_per_seq)
+    layout = layout or check_files(files, max_seq_length, max_predictions_per_seq)
     d = tf.data.TFRecordDataset(files)
     if layout.masking == schema.DYNAMIC:
         d = d.enumerate()

@@ -26,6 +26,7 @@ import os
 from common.cli import setting
 from common.errors import UserError
 from common.files import ensure_writable_dir, expand_globs
+from data.pretraining import schema
 from optimization import DECAY_POWER
 from training import job
 
@@ -39,7 +40,7 @@ class PretrainingSettings(job.JobSettings):
     input_files: str | None = None  # comma-separated globs
     eval_files: str | None = None
     max_predictions_per_seq: int = setting("count", 20)
-    # Unmasked (dynamic) records only; None: Google's 0.15. Static records carry their masks.
+    # Unmasked (dynamic) records only; None: Google's rate. Static records carry their masks.
     masked_lm_prob: float | None = setting("proportion", None)
     eval_batch_size: int = setting("count", 8)
     num_train_steps: int = setting("count", 100000)  # applied updates
@@ -75,13 +76,15 @@ def validate(s: PretrainingSettings) -> None:
 
 def masked_lm_prob_of(s: PretrainingSettings) -> float:
     """--masked_lm_prob, or Google's 0.15."""
-    return 0.15 if s.masked_lm_prob is None else s.masked_lm_prob
+    from training.masking import MASKED_LM_PROB
+
+    return MASKED_LM_PROB if s.masked_lm_prob is None else s.masked_lm_prob
 
 
 def _check_masking(s: PretrainingSettings, layout, files) -> None:
     """--masked_lm_prob applies to unmasked records only: refused on masked ones, whose masks were
     drawn when they were written."""
-    if s.masked_lm_prob is not None and layout.masking == "static":
+    if s.masked_lm_prob is not None and layout.masking == schema.STATIC:
         raise UserError(
             f"--masked_lm_prob applies to unmasked records (--masking=dynamic), but {files[0]} holds "
             "masked ones: their masks were drawn when they were written; drop the flag."
@@ -128,7 +131,7 @@ def resolve(
     resolved = dataclasses.asdict(s)
     if layout is not None:
         resolved["masking"] = layout.describe()
-        resolved["masked_lm_prob"] = masked_lm_prob_of(s) if layout.masking == "dynamic" else None
+        resolved["masked_lm_prob"] = masked_lm_prob_of(s) if layout.masking == schema.DYNAMIC else None
     resolved.update(
         {
             **update.describe(),
@@ -220,8 +223,9 @@ def _plan(s: PretrainingSettings, dist, out) -> PretrainingPlan:
             layout=layout,
         )
     if s.do_eval and dist.is_chief:
+        eval_layout = check_files(eval_files, *shapes)
         if not s.do_train:
-            _check_masking(s, check_files(eval_files, *shapes), eval_files)
+            _check_masking(s, eval_layout, eval_files)
         eval_data = evaluation_dataset(
             eval_files,
             s.eval_batch_size,
@@ -230,6 +234,7 @@ def _plan(s: PretrainingSettings, dist, out) -> PretrainingPlan:
             max_batches=s.max_eval_steps,
             masked_lm_prob=masked_lm_prob_of(s),
             seed=s.seed,
+            layout=eval_layout,
         )
     init_step = global_step_of(s.init_checkpoint) if s.init_checkpoint and not resume_from else None
     resolved = resolve(
