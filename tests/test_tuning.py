@@ -1,7 +1,8 @@
 """Fine-tuning hyperparameter search (run_tune.py, tuning/search.py) on Optuna, with real
 trials: each is a run_classifier.py process fine-tuning a tiny BERT from random init on the
-word-order task (tests/word_order.py), which a learning rate of 1e-3 learns within 75 updates
-(dev accuracy 1.0) and 1e-7 never does (0.5).
+word-order task (tests/word_order.py), which a learning rate of 1e-3 learns within 150 updates
+(bias-corrected AdamW, epsilon 1e-8, the decay from the end of warmup: dev accuracy 0.97-1.0 at
+200 for each of 7 seeds tried) and 1e-7 never does (0.5).
 
 - a 6-trial study: the median pruner cuts the failing learning rate's trials, the table, the
   best trial (with its checkpoint) and both plots are written, and what Optuna recorded equals

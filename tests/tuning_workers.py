@@ -1,7 +1,7 @@
 """Tuning workers for the tests (tests/test_tuning.py, tests/test_tuning_postgres.py): run_tune.py
 and scripts/run_tune.sh processes on the word-order task (tests/word_order.py), which a tiny BERT
-from random init learns within 75 updates at a learning rate of 1e-3 (dev accuracy 1.0) and never
-at 1e-7 (0.5); and what their consoles say."""
+from random init learns within 150 updates at a learning rate of 1e-3 (dev accuracy 0.97-1.0 at
+200, for each of the 7 seeds tried) and never at 1e-7 (0.5); and what their consoles say."""
 
 import json
 import os
@@ -15,7 +15,15 @@ from conftest import ROOT, worker_env
 
 GOOD, BAD = 1e-3, 1e-7
 # 4 epochs of the 1,600 training rows at batch 32 = 200 updates, the dev set scored every 25.
+# With Google's optimizer (no bias correction, epsilon 1e-6, the rate decayed from step 0) a
+# tiny BERT from random init leaves the word-order plateau by update 200 for 4 of 7 seeds
+# (12345, 1-6); with bias-corrected AdamW, epsilon 1e-8 and the decay counted from the end of
+# warmup (issue 37's flags) all 7 do, by update 75 to 150 (dev accuracy 0.97-1.0 at 200), so a
+# change that only moves the trajectory (other dropout masks, another order) keeps GOOD good.
 TRIAL_FLAGS = {
+    "optimizer_type": "adamw",
+    "adam_epsilon": 1e-8,
+    "decay_after_warmup": "true",
     "task_name": "SST-2",
     "max_seq_length": 32,
     "train_batch_size": 32,
