@@ -46,6 +46,7 @@ def test_tiny_bert_from_random_init_learns_word_order(word_order_task, tmp_path)
         out,
         "--do_train",
         "--do_eval",
+        "--decay_after_warmup",
         task_name="SST-2",
         data_dir=word_order_task["data_dir"],
         max_seq_length=32,
@@ -55,12 +56,15 @@ def test_tiny_bert_from_random_init_learns_word_order(word_order_task, tmp_path)
         log_every_n_steps=25,
         predict_batch_size=64,
         use_xla="true",
+        optimizer_type="adamw",
+        adam_epsilon=1e-8,
     )
     _ok(run_classifier.main, argv)
     accuracy = _json(out / "eval_results.json")["accuracy"]
     assert accuracy == _dev_accuracy(out, word_order_task["data_dir"])
-    # Measured 0.99 on the 200 unseen sentences (1.0 with seeds 1 and 2) after 250 updates of 32
-    # (about 20 s of training on 2 cores); chance is 0.5.
+    # Measured 0.99 on the 200 unseen sentences after 250 updates of 32 (about 20 s of training on
+    # 2 cores); chance is 0.5. Issue 37's optimizer flags leave the word-order plateau for every
+    # seed tried (7 of 7 by update 150; Google's optimizer: 4 of 7 by update 200).
     assert accuracy >= 0.9
     log = _log(out)
     assert log[-1]["step"] == 250 and log[-1]["loss"] < 0.5 * log[0]["loss"]
