@@ -17,15 +17,11 @@ import time
 
 from common.errors import UserError
 from data import paths as data_paths
+from data.paths import PHASE_SHAPES
 from launch.engine import Launcher, PathOption, Plan, Setting, Step
 from launch.workers import UsageError
 from training.preemption import STOP_FILE_NAME
 
-# (max_seq_length, max_predictions_per_seq) per phase: NVIDIA's recipe as data.paths holds it.
-PHASE_SHAPES = {
-    n: (shape["max_seq_length"], shape["max_predictions_per_seq"])
-    for n, shape in ((1, data_paths.PHASE1), (2, data_paths.PHASE2))
-}
 PHASE1_FRACTION = (9, 10)  # phase 1 runs train_steps * 9 // 10 updates
 # Where scripts/data_download.sh puts Google's uncased vocab (its default) under <root>/download/.
 GOOGLE_VOCAB = os.path.join("google_pretrained_weights", "uncased_L-12_H-768_A-12", "vocab.txt")

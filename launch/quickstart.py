@@ -21,14 +21,14 @@ import time
 from common.errors import UserError
 from common.kinds import KINDS
 from data import paths as data_paths
+from data.paths import PHASE_SHAPES
+from data.paths import QUICKSTART_DATASET as DATASET
+from data.paths import QUICKSTART_DUPE_FACTOR as DUPE_FACTOR
+from data.paths import QUICKSTART_SHARDS as SHARDS
+from data.paths import QUICKSTART_VOCAB_SIZE as VOCAB_SIZE
 from launch.engine import Launcher, PathOption, Plan, Setting, Step
-from launch.pretraining import PHASE_SHAPES
 from launch.workers import UsageError
 
-DATASET = "python_docs"
-VOCAB_SIZE = 2048
-SHARDS = {"n_training_shards": 4, "n_test_shards": 1, "fraction_test_set": 0.05}
-DUPE_FACTOR = 2
 STAGE_TIMES = "stage_times.tsv"  # under --dir: "name<TAB>start time" per stage of the latest run
 EVALUATIONS = ("start_128", "start_512", "final_128", "final_512")
 # The fine-tunes' learning rate and epochs: (environment variable, kind, default). MiniLM: 1.5 epochs

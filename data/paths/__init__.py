@@ -40,6 +40,17 @@ DEFAULT_TFRECORD_PARAMS = {
     "dupe_factor": 5,
 }
 SPLITS = ("training", "test")
+# (max_seq_length, max_predictions_per_seq) per phase number: PHASE1 and PHASE2 as one table.
+PHASE_SHAPES = {
+    n: (shape["max_seq_length"], shape["max_predictions_per_seq"]) for n, shape in ((1, PHASE1), (2, PHASE2))
+}
+
+# The quickstart's offline recipe (scripts/quickstart.sh; the benches that rebuild its data): the
+# installed Python's prose, a WordPiece vocab trained on it, 4 + 1 shards, 2 masked copies.
+QUICKSTART_DATASET = "python_docs"
+QUICKSTART_VOCAB_SIZE = 2048
+QUICKSTART_SHARDS = {"n_training_shards": 4, "n_test_shards": 1, "fraction_test_set": 0.05}
+QUICKSTART_DUPE_FACTOR = 2
 
 
 def data_root(environ=None, explicit=None) -> str:
@@ -156,3 +167,23 @@ def recipe() -> dict:
     for phase, params in (("phase1", PHASE1), ("phase2", PHASE2)):
         values.update({f"{phase}_{k}": v for k, v in params.items()})
     return values
+
+
+def quickstart_records(root: str, phase: int, masking: str = "static") -> str:
+    """The TFRecord dir (training/ and test/) of the quickstart's recipe for `phase` (1 or 2) under
+    the data root `root`; unmasked records ("dynamic") are one copy, as data_download.sh writes them."""
+    shards = QUICKSTART_SHARDS
+    dirs = default_pretraining_dirs(
+        root,
+        QUICKSTART_DATASET,
+        shards["n_training_shards"],
+        shards["fraction_test_set"],
+        dupe_factor=QUICKSTART_DUPE_FACTOR if masking == "static" else 1,
+        masking=masking,
+    )
+    return dirs[f"phase{phase}"]
+
+
+def quickstart_vocab(root: str) -> str:
+    """The vocab.txt the quickstart's recipe trains under the data root `root`."""
+    return os.path.join(vocab_dir(root, QUICKSTART_DATASET), "vocab.txt")
