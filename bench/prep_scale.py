@@ -4,7 +4,7 @@ unmasked ones (dynamic masking, dupe 1), and a projection of the full English du
 
     .venv/bin/python bench/prep_scale.py --xml_mb 50              # a look (~40 s on 2 cores)
     .venv/bin/python bench/prep_scale.py --xml_mb 100             # the RSS comparison size (~2.5 min)
-    .venv/bin/python bench/prep_scale.py --xml_mb 1000            # the issue's size (~10 min + 2 to generate)
+    .venv/bin/python bench/prep_scale.py --xml_mb 1000            # 1 GB (~10 min + 2 to generate)
     .venv/bin/python bench/prep_scale.py --xml_mb 30 --processes 1,2,4 --cores 32
 
 The dump comes from tests/dump_generator.py (seeded, Wikipedia's multistream layout with its
@@ -27,7 +27,7 @@ and the outputs of every process count are compared by sha256 (they must be the 
 (--maskings static or dynamic runs one of the two.)
 
 Static dupe 5 against dynamic: the seconds, CPU seconds and bytes of each TFRecord stage side by
-side, measured in the same run on the same shards, and their ratios (issue 33's target: >= 4x
+side, measured in the same run on the same shards, and their ratios against TARGET_RATIO (>= 4x
 less time and bytes with dynamic masking). The bytes drop by more than 5x (one copy instead of
 five, and no masked_lm_* features); the time does not drop 5x, and a second table says why: one
 child process runs the writer (data/pretraining/writer.py, the code each stage's workers run) on
@@ -39,11 +39,7 @@ steps told apart by the writer's own log lines:
   make the draws of Google's first copy, so that their pairs are exactly the static ones);
 - write: serializing and framing the records, once per copy.
 Static dupe 1 is there to tell the draws (made by both) from the masked features (static only).
-Measured at 1 GB (docs/performance.md, "Dynamic masking"): 6.4x fewer bytes, 2.8x less CPU. The
-time target is missed on the tokenization both maskings do once per phase (two thirds of a
-dynamic writer's CPU) and on the stage's fixed costs (workers' start-up, the parent hashing and
-publishing the outputs), not on what dynamic masking adds: its pairs and draws are those of a
-static dupe 1, and it writes less.
+The results and what they say are in docs/performance.md ("Dynamic masking").
 
 The projection scales one process's time to the full English dump by the stage's input size and
 gives two estimates for N cores:
@@ -59,8 +55,8 @@ Assumed sizes of the full English dump (printed with the table): 24 GB of bz2, 1
 million articles, 2,500 M words of article text (the BERT paper's count); formatting scales with
 the XML bytes, the later stages with the formatted text, whose full size is 2,500 M words times
 the bytes per word measured here. The whole path is projected for each masking: formatting,
-sharding and that masking's two TFRecord stages (issue 33's target with dynamic masking: under
-20 minutes on one 16-core node).
+sharding and that masking's two TFRecord stages (the target with dynamic masking: under 20
+minutes on one 16-core node).
 """
 
 from __future__ import annotations
@@ -82,7 +78,7 @@ sys.path.insert(1, os.path.join(ROOT, "tests"))  # tests/dump_generator.py, besi
 
 import dump_generator  # noqa: E402  (after the path insert)
 from bench import harness  # noqa: E402
-from bench.prep_throughput import DATASET, prepare_data_argv, vocab_file  # noqa: E402
+from bench.fixtures import CACHE_DIR, DATASET, bert_base_vocab, prepare_data_argv  # noqa: E402
 from common.progress import Progress  # noqa: E402
 from data import paths  # noqa: E402
 
@@ -154,7 +150,7 @@ def _tfrecord_args(phase, data_dir, masking="static"):
     settings = {**phase, **{k: recipe[k] for k in ("masked_lm_prob", "random_seed")}}
     settings.update(dupe_factor=dupe_factor(masking), masking=masking)
     out = os.path.join(data_dir, f"tfrecord_seq{phase['max_seq_length']}_{masking}")
-    args = ["--vocab_file", vocab_file(), "--do_lower_case", "--output_dir", out]
+    args = ["--vocab_file", bert_base_vocab(), "--do_lower_case", "--output_dir", out]
     return args + [f"--{k}={v}" for k, v in settings.items()], out
 
 
@@ -283,7 +279,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--cache_dir",
-        default=os.path.join(tempfile.gettempdir(), "bert-tf2-bench"),
+        default=CACHE_DIR,
         help="where generated dumps are cached",
     )
     parser.add_argument("--work_dir", default=None, help="where the stages write (default: a temporary dir)")
@@ -355,7 +351,7 @@ def _time_writer(spec: dict) -> None:
     from bert.tokenization import build_tokenizer
     from data.pretraining.writer import create_training_files
 
-    tokenizer = build_tokenizer(vocab_file(), do_lower_case=True)
+    tokenizer = build_tokenizer(bert_base_vocab(), do_lower_case=True)
     recipe = paths.DEFAULT_TFRECORD_PARAMS
     rows = []
     with tempfile.TemporaryDirectory(prefix="prep-scale-writer-") as tmp:
@@ -445,7 +441,7 @@ def stage_table(generated: dict, runs: dict, counts: list[int]) -> str:
     return f"{title}\n{harness.markdown_table(header, rows)}"
 
 
-TARGET_RATIO = 4.0  # issue 33: dynamic's TFRecord stages take >= 4x less time and bytes
+TARGET_RATIO = 4.0  # the dynamic-masking target: its TFRecord stages take >= 4x less time and bytes
 
 
 def _ratio(static: float, dynamic: float) -> str:

