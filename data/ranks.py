@@ -7,10 +7,10 @@ A rank that dies must not leave the others waiting for ever. OpenMPI's mpirun en
 soon as one exits abnormally and says which (`prterun noticed that process rank 1 with PID ... on
 node ... exited on signal 9 (Killed).`). What no launcher notices is a rank that stops without
 exiting (a frozen host, a stalled file system, a stopped process) or a launcher that leaves the
-others running (srun without --kill-on-bad-exit): so every rank beats a heartbeat file in the
-stage's directory (the stages need a file system every rank shares anyway), and a rank waiting at
-a barrier names the ranks whose heartbeat has not changed for `timeout_s`, then aborts the job.
-The waiting rank compares file contents over its own clock, so the hosts' clocks need not agree.
+others running (srun without --kill-on-bad-exit): so every rank beats a heartbeat
+(common/heartbeat.py) in the stage's directory (the stages need a file system every rank shares
+anyway), and a rank waiting at a barrier names the ranks whose heartbeat went stale (unchanged for
+`timeout_s` on the waiting rank's clock, so the hosts' clocks need not agree), then aborts the job.
 """
 
 from __future__ import annotations
@@ -21,8 +21,9 @@ import os
 import pickle
 import socket
 import sys
-import threading
 import time
+
+from common.heartbeat import Heartbeat
 
 HEARTBEAT_DIR = ".ranks"  # <stage directory>/.ranks/<stage>/rank-R
 DEFAULT_TIMEOUT_S = 120.0
@@ -44,67 +45,35 @@ class Ranks:
         self.timeout_s = timeout_s
         self.log = log or _stderr
         self.folder = os.path.join(directory, HEARTBEAT_DIR, stage)
-        self._stop = threading.Event()
-        self._thread = None
-        self._seen: dict[int, tuple] = {}  # rank -> (heartbeat text, when it last changed here)
+        self.heartbeat = Heartbeat(
+            self.folder,
+            self.rank,
+            self.world,
+            interval_s=max(0.2, min(2.0, timeout_s / 5)),
+            stale_s=timeout_s,
+            name="rank-heartbeat",
+        )
 
     def __enter__(self) -> "Ranks":
         if self.world > 1:
-            os.makedirs(self.folder, exist_ok=True)
-            self._beat_once(0)
-            self._thread = threading.Thread(target=self._beat, daemon=True, name="rank-heartbeat")
-            self._thread.start()
+            self.heartbeat.__enter__()
         return self
 
     def __exit__(self, *exc) -> None:
-        if self._thread is not None:
-            self._stop.set()
-            self._thread.join()
+        if self.world > 1:
+            self.heartbeat.__exit__(*exc)
             with contextlib.suppress(OSError):
-                os.remove(self._path(self.rank))
+                os.remove(self.heartbeat.path(self.rank))
             for folder in (self.folder, os.path.dirname(self.folder)):  # the last rank out removes them
                 with contextlib.suppress(OSError):
                     os.rmdir(folder)
 
-    def _path(self, rank: int) -> str:
-        return os.path.join(self.folder, f"rank-{rank}")
-
-    def _beat_once(self, count: int) -> None:
-        text = f"{socket.gethostname()} {os.getpid()} {count}\n"
-        with contextlib.suppress(OSError):  # a missed beat is only a later one
-            with open(self._path(self.rank), "w") as f:
-                f.write(text)
-
-    def _beat(self) -> None:
-        interval = max(0.2, min(2.0, self.timeout_s / 5))
-        count = 1
-        while not self._stop.wait(interval):
-            self._beat_once(count)
-            count += 1
-
-    def _read(self, rank: int) -> str:
-        try:
-            with open(self._path(rank)) as f:
-                return f.read()
-        except OSError:
-            return ""
-
     def _check(self, at: str) -> None:
-        """Aborts every rank, naming the lost ones, when a heartbeat has stood still for timeout_s."""
-        now = time.monotonic()
-        lost = []
-        for rank in range(self.world):
-            if rank == self.rank:
-                continue
-            text = self._read(rank)
-            seen = self._seen.get(rank)
-            if seen is None or seen[0] != text:
-                self._seen[rank] = (text, now)
-            elif now - seen[1] > self.timeout_s:
-                lost.append((rank, text.split()[:2] or ["an unknown host", "?"]))
+        """Aborts every rank, naming the lost ones, when a heartbeat has gone stale."""
+        lost = self.heartbeat.stale()
         if not lost:
             return
-        named = ", ".join(f"rank {r} (pid {pid} on {host})" for r, (host, pid) in lost)
+        named = ", ".join(f"rank {beat.rank} (pid {beat.pid} on {beat.host})" for beat in lost)
         self.log(
             f"[{self.stage}] error: {named} has not been heard from for {self.timeout_s:g} s while rank "
             f"{self.rank} waited for it {at} (it died or hangs); every rank stops now: re-run the same "

@@ -1,9 +1,10 @@
 """training/watchdog.py in one process: a worker that stops beating is named after the timeout
 with the last checkpoint, never before; one worker starts no thread; leaving the context stops
-the thread; the sentence when Horovod notices first; which errors mean a peer is gone.
+the thread; the sentence when Horovod notices first; which errors mean a peer is gone; a
+heartbeat is judged by its contents on this worker's clock, never by the time its file carries.
 
-The module reads time.monotonic(): the tests put a fake clock in its place and move it by hand,
-so "past the timeout" never depends on how busy the machine is. The thread itself still waits
+The watchdog and common/heartbeat.py read time.monotonic(): the tests put a fake clock in its
+place and move it by hand, so "past the timeout" never depends on how busy the machine is. The thread itself still waits
 real periods (timeout_s / 4), so timeouts here are a fraction of a second. os._exit is replaced
 by a recorder that stops the watchdog instead of the test process."""
 
@@ -15,9 +16,10 @@ import time
 
 import pytest
 
+from common import heartbeat
 from common.errors import UserError
 from training import watchdog
-from training.watchdog import Watchdog, WorkersLost, is_horovod_shutdown, quiet_workers
+from training.watchdog import Watchdog, WorkersLost, is_horovod_shutdown
 
 TIMEOUT_S = 0.2  # the thread wakes every 0.05 s of real time
 SETTLE_S = 0.3  # six of its periods: long enough for it to act on what it sees
@@ -32,7 +34,7 @@ class Workers:
 
 
 class Clock:
-    """Stands in for the `time` module inside training.watchdog."""
+    """Stands in for the `time` module inside training.watchdog and common.heartbeat."""
 
     def __init__(self):
         self.now = 1000.0
@@ -45,6 +47,7 @@ class Clock:
 def clock(monkeypatch):
     fake = Clock()
     monkeypatch.setattr(watchdog, "time", fake)
+    monkeypatch.setattr(heartbeat, "time", fake)
     return fake
 
 
@@ -67,7 +70,7 @@ def exits(monkeypatch):
     def fake_exit(status):
         calls.append(status)
         for dog in calls.dogs:
-            dog._done.set()
+            dog.heartbeat._stop.set()
 
     monkeypatch.setattr(os, "_exit", fake_exit)
     monkeypatch.setattr(sys, "argv", ["run_pretraining.py"])
@@ -80,12 +83,13 @@ def make(tmp_path, exits, rank=0, size=2, checkpoint=lambda: None):
     return dog
 
 
-def stamp(tmp_path, rank, seconds_ago):
-    """A heartbeat file of `rank` last touched `seconds_ago` (real time)."""
+def write_beat(tmp_path, rank, text, mtime_offset_s=0.0):
+    """Rank `rank`'s heartbeat file holding `text`, its mtime `mtime_offset_s` from now (a writer
+    whose clock runs ahead or behind)."""
     path = tmp_path / "heartbeat" / f"rank-{rank}"
     path.parent.mkdir(exist_ok=True)
-    path.touch()
-    t = time.time() - seconds_ago
+    path.write_text(text)
+    t = time.time() + mtime_offset_s
     os.utime(path, (t, t))
     return path
 
@@ -104,13 +108,19 @@ def watchdog_threads():
 # ---- which workers went quiet ----------------------------------------------------------------
 
 
-def test_quiet_workers_are_those_stale_against_the_newest_or_missing(tmp_path):
-    for rank, ago in ((0, 0), (1, 10), (2, 1)):  # rank 3 has no file
-        stamp(tmp_path, rank, ago)
-    assert quiet_workers(str(tmp_path), 4, stale_s=5) == [1, 3]
-    assert quiet_workers(str(tmp_path), 4, stale_s=20) == [3]
-    assert quiet_workers(str(tmp_path), 3, stale_s=0.5) == [1, 2]
-    assert quiet_workers(str(tmp_path / "none"), 2, stale_s=5) == []  # nobody beat: none stands out
+def test_quiet_workers_are_those_whose_heartbeat_stood_still_on_this_clock(tmp_path, clock, exits):
+    # Rank 1's file was written a second ago by a host whose clock runs an hour ahead, rank 2's
+    # by one an hour behind, rank 3 never beat. Only what changes in them counts.
+    write_beat(tmp_path, 1, "node1 11 5\n", mtime_offset_s=3600 - 1)
+    write_beat(tmp_path, 2, "node2 22 5\n", mtime_offset_s=-3600)
+    dog = make(tmp_path, exits, rank=0, size=4)
+    dog.heartbeat.look()
+    assert "stopped beating first" not in str(dog.lost("Horovod shut down"))  # nobody stale yet
+    clock.now += 1.0
+    write_beat(tmp_path, 2, "node2 22 6\n", mtime_offset_s=-3600)  # rank 2 beats; rank 1 does not
+    write_beat(tmp_path, 1, "node1 11 5\n", mtime_offset_s=3600)  # touched, the same count
+    assert "(Horovod shut down; workers 1, 3 stopped beating first)" in str(dog.lost("Horovod shut down"))
+    assert exits == []
 
 
 # ---- the alarm -------------------------------------------------------------------------------
@@ -119,7 +129,7 @@ def test_quiet_workers_are_those_stale_against_the_newest_or_missing(tmp_path):
 def test_a_worker_that_stops_beating_is_named_after_the_timeout_with_the_last_checkpoint(
     tmp_path, clock, exits, capsys
 ):
-    stamp(tmp_path, 1, seconds_ago=60)  # rank 1 froze a minute ago; rank 2 never beat
+    write_beat(tmp_path, 1, "node1 11 7\n")  # rank 1 froze (its file is fresh); rank 2 never beat
     checkpoint = ["/runs/a/ckpt-2"]
     dog = make(tmp_path, exits, rank=0, size=3, checkpoint=lambda: checkpoint[0])
     with dog:
@@ -174,18 +184,17 @@ def test_entering_starts_the_heartbeat_and_leaving_stops_it(tmp_path, clock, exi
         assert entered is dog
         (thread,) = watchdog_threads()
         assert thread.daemon  # never keeps a finished process alive
-        heartbeat = tmp_path / "heartbeat" / "rank-1"
-        assert heartbeat.is_file()
-        old = time.time() - 60
-        os.utime(heartbeat, (old, old))
-        assert wait_for(lambda: heartbeat.stat().st_mtime > old + 30)  # touched while the main thread idles
+        beats = tmp_path / "heartbeat" / "rank-1"
+        first = beats.read_text()
+        assert first.split()[1:] == [str(os.getpid()), "0"]
+        assert wait_for(lambda: beats.read_text() != first)  # beaten while the main thread idles
         dog.beat(1)
         dog.beat(2)
     assert not thread.is_alive() and watchdog_threads() == []
-    os.utime(heartbeat, (old, old))
+    last = beats.read_text()
     clock.now += 1000
     time.sleep(SETTLE_S)
-    assert heartbeat.stat().st_mtime == old and exits == []  # no touch, no alarm after leaving
+    assert beats.read_text() == last and exits == []  # no beat, no alarm after leaving
     with pytest.raises(KeyError):  # an error inside the block goes through, the thread still stops
         with make(tmp_path, exits):
             raise KeyError("boom")
@@ -195,10 +204,9 @@ def test_entering_starts_the_heartbeat_and_leaving_stops_it(tmp_path, clock, exi
 # ---- when Horovod notices first --------------------------------------------------------------
 
 
-def test_the_sentence_when_horovod_noticed_first(tmp_path, exits):
-    stamp(tmp_path, 0, seconds_ago=0)
-    stamp(tmp_path, 1, seconds_ago=0)
-    stamp(tmp_path, 2, seconds_ago=0)
+def test_the_sentence_when_horovod_noticed_first(tmp_path, clock, exits):
+    for rank in range(3):
+        write_beat(tmp_path, rank, f"node{rank} {rank} 1\n")
     dog = make(tmp_path, exits, rank=1, size=3)
     dog.beat(7)
     error = dog.lost("Horovod shut down")
@@ -208,9 +216,9 @@ def test_the_sentence_when_horovod_noticed_first(tmp_path, exits):
         "names the worker that exited); no checkpoint was written yet: re-run the same command to "
         "continue from it."
     )
-    # Only others are named: this worker's own stale file is not, worker 2's is.
-    stamp(tmp_path, 1, seconds_ago=60)
-    stamp(tmp_path, 2, seconds_ago=60)
+    # Only others are named: this worker's own standing file is not, worker 2's is.
+    clock.now += 60
+    write_beat(tmp_path, 0, "node0 0 2\n")
     assert "(Horovod shut down; worker 2 stopped beating first)" in str(dog.lost("Horovod shut down"))
     assert exits == []
 

@@ -7,20 +7,22 @@ stops without closing them (a frozen host, a network partition, a stopped proces
 others waiting in a collective: over MPI for ever, over Gloo until HOROVOD_GLOO_TIMEOUT_SECONDS.
 `Watchdog` bounds that wait: every worker beats once per update (after the update boundary where
 all of them agreed on the preemption flag, so a beat means every worker got there), and its thread
-touches the worker's heartbeat file in <output_dir>/heartbeat/ every few seconds whatever the main
-thread is doing (a frozen or dead worker's file goes stale). When no beat came for `timeout_s`,
-it names the workers whose files went stale and the last checkpoint, and ends the process with
-LOST_WORKER_EXIT_STATUS, which makes the launcher (horovodrun, mpirun, srun) stop the rest.
+beats the worker's heartbeat (common/heartbeat.py) in <output_dir>/heartbeat/ every few seconds
+whatever the main thread is doing, and watches the others' (a frozen or dead worker's goes stale:
+unchanged on this worker's clock, whatever the hosts' clocks say). When no beat came for
+`timeout_s`, it names the workers whose heartbeats went stale and the last checkpoint, and ends the
+process with LOST_WORKER_EXIT_STATUS, which makes the launcher (horovodrun, mpirun, srun) stop the
+rest.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-import threading
 import time
 
 from common.errors import UserError
+from common.heartbeat import Heartbeat
 
 LOST_WORKER_EXIT_STATUS = 2  # as for the UserError it is (common/cli.py)
 HEARTBEAT_DIR = "heartbeat"
@@ -29,19 +31,6 @@ HEARTBEAT_DIR = "heartbeat"
 class WorkersLost(UserError):
     """Training cannot go on: a worker is gone. The sentence names it (when the heartbeats tell)
     and the checkpoint a re-run continues from."""
-
-
-def quiet_workers(output_dir: str, size: int, stale_s: float) -> list[int]:
-    """The ranks whose heartbeat file in output_dir was last touched more than `stale_s` seconds
-    before the newest one, or is missing: workers that died or froze."""
-    stamps = {}
-    for rank in range(size):
-        try:
-            stamps[rank] = os.path.getmtime(os.path.join(output_dir, HEARTBEAT_DIR, f"rank-{rank}"))
-        except OSError:
-            stamps[rank] = float("-inf")
-    newest = max(stamps.values())
-    return [rank for rank, stamp in stamps.items() if stamp < newest - stale_s]
 
 
 def _lost_sentence(rank: int, how: str, lost: list, step: int, checkpoint: str | None) -> str:
@@ -84,22 +73,26 @@ class Watchdog:
         self.step = 0
         self._beats = 0  # armed from the second beat: the first update compiles, for minutes maybe
         self._last = time.monotonic()
-        self._done = threading.Event()
-        self._thread = None
-        self._file = os.path.join(output_dir, HEARTBEAT_DIR, f"rank-{self.rank}")
+        # A worker is named once its heartbeat missed about three of its beats.
+        self.heartbeat = Heartbeat(
+            os.path.join(output_dir, HEARTBEAT_DIR),
+            self.rank,
+            self.size,
+            interval_s=self.period,
+            stale_s=3 * self.period,
+            each_beat=self._watch,
+            name="bert-watchdog",
+        )
 
     def __enter__(self):
         if self.size > 1:
-            os.makedirs(os.path.dirname(self._file), exist_ok=True)
-            self._touch()
-            self._thread = threading.Thread(target=self._watch, name="bert-watchdog", daemon=True)
-            self._thread.start()
+            self.heartbeat.__enter__()
+            self.heartbeat.look()  # from now on, a worker that never beats goes stale too
         return self
 
     def __exit__(self, *exc):
-        self._done.set()
-        if self._thread is not None:
-            self._thread.join()
+        if self.size > 1:
+            self.heartbeat.__exit__(*exc)
         return False
 
     def beat(self, step: int) -> None:
@@ -109,21 +102,17 @@ class Watchdog:
 
     def lost(self, how: str) -> WorkersLost:
         """The error for a lost worker, found by Horovod (`how`) or by this watchdog."""
-        lost = [r for r in quiet_workers(self.output_dir, self.size, 3 * self.period) if r != self.rank]
+        lost = [beat.rank for beat in self.heartbeat.stale()]
         return WorkersLost(_lost_sentence(self.rank, how, lost, self.step, self.latest_checkpoint()))
 
-    def _touch(self) -> None:
-        with open(self._file, "a"):
-            os.utime(self._file)
-
     def _watch(self) -> None:
-        while not self._done.wait(self.period):
-            self._touch()
-            if self._beats >= 2 and time.monotonic() - self._last > self.timeout_s:
-                message = self.lost(f"no update for {self.timeout_s:g} s")
-                print(
-                    f"{os.path.basename(sys.argv[0]) or 'worker'}: error: {message}",
-                    file=sys.stderr,
-                    flush=True,
-                )
-                os._exit(LOST_WORKER_EXIT_STATUS)
+        """After each heartbeat, in its thread: ends the process when no update came for timeout_s."""
+        self.heartbeat.look()
+        if self._beats >= 2 and time.monotonic() - self._last > self.timeout_s:
+            message = self.lost(f"no update for {self.timeout_s:g} s")
+            print(
+                f"{os.path.basename(sys.argv[0]) or 'worker'}: error: {message}",
+                file=sys.stderr,
+                flush=True,
+            )
+            os._exit(LOST_WORKER_EXIT_STATUS)
