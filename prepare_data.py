@@ -177,11 +177,7 @@ class Context:
     root: str
     inputs: list
     shard_dir: str
-    n_processes: int
-    progress_factory: object  # (description, total) -> Progress, or None
-    comm: object  # an mpi4py communicator, or None for one process
-    rank: int
-    world: int
+    runtime: object  # data.stage.Runtime: how every stage runs (processes, ranks, verify, progress)
 
 
 def _build_python_docs(F, ctx: Context) -> dict:
@@ -226,7 +222,7 @@ def _download(F, ctx: Context) -> dict:
         mirror=F.mirror,
         timeout=F.timeout,
         retries=F.retries,
-        progress_factory=ctx.progress_factory,
+        progress_factory=ctx.runtime.progress_factory,
         **options,
     )
 
@@ -247,13 +243,9 @@ def _text_formatting(F, ctx: Context) -> dict:
         inputs,
         paths.formatted_file(ctx.root, F.dataset),
         input_format=F.input_format,
-        n_processes=ctx.n_processes,
         text_key=F.text_key,
         one_document_per_line=F.one_document_per_line,
-        progress_factory=ctx.progress_factory,
-        verify=F.verify,
-        comm=ctx.comm,
-        rank_timeout_s=F.rank_timeout_seconds,
+        runtime=ctx.runtime,
     )
 
 
@@ -267,12 +259,8 @@ def _sharding(F, ctx: Context) -> dict:
         n_training_shards=F.n_training_shards,
         n_test_shards=F.n_test_shards,
         fraction_test=F.fraction_test_set,
-        n_processes=ctx.n_processes,
         max_sentence_chars=F.max_sentence_chars,
-        progress_factory=ctx.progress_factory,
-        verify=F.verify,
-        comm=ctx.comm,
-        rank_timeout_s=F.rank_timeout_seconds,
+        runtime=ctx.runtime,
     )
 
 
@@ -313,7 +301,7 @@ def _vocab(F, ctx: Context) -> dict:
         do_lower_case=F.do_lower_case,
         min_frequency=F.vocab_min_frequency,
         unused_tokens=F.unused_tokens,
-        verify=F.verify,
+        runtime=ctx.runtime,
     )
 
 
@@ -349,11 +337,7 @@ def _create_tfrecord_files(F, ctx: Context) -> dict:
         random_seed=F.random_seed,
         do_whole_word_mask=F.do_whole_word_mask,
         masking=F.masking,
-        n_processes=ctx.n_processes,
-        comm=ctx.comm,
-        progress_factory=ctx.progress_factory if ctx.rank == 0 else None,
-        verify=F.verify,
-        rank_timeout_s=F.rank_timeout_seconds,
+        runtime=ctx.runtime,
     )
 
 
@@ -380,10 +364,11 @@ ACTIONS = {
 
 
 def run(F, environ) -> dict:
+    from data.stage import Runtime
     from training.distributed import mpi_ranks
 
     try:
-        comm, rank, world, local_size = mpi_ranks(environ)
+        comm, _, world, local_size = mpi_ranks(environ)
     except RuntimeError as e:
         raise UserError(str(e)) from None
     action = ACTIONS[F.action]
@@ -397,11 +382,13 @@ def run(F, environ) -> dict:
         shard_dir=paths.sharded_dir(
             root, F.dataset, F.n_training_shards, F.n_test_shards, F.fraction_test_set
         ),
-        n_processes=F.n_processes or max(1, (os.cpu_count() or 1) // local_size),
-        progress_factory=Progress if F.progress else None,
-        comm=comm,
-        rank=rank,
-        world=world,
+        runtime=Runtime(
+            n_processes=F.n_processes or max(1, (os.cpu_count() or 1) // local_size),
+            comm=comm,
+            rank_timeout_s=F.rank_timeout_seconds,
+            verify=F.verify,
+            progress_factory=Progress if F.progress else None,
+        ),
     )
     return action.run(F, ctx)
 

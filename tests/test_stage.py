@@ -1,4 +1,5 @@
-"""data/stage.py: the restart ritual, shown on a toy stage whose work counts its calls."""
+"""data/stage.py: the restart ritual (Stage.run_on_ranks in one process), shown on a toy stage
+whose work counts its calls; the real stages' truncated outputs found and redone."""
 
 import json
 import os
@@ -7,7 +8,7 @@ import pytest
 
 from common.files import is_temporary
 from data.manifest import Manifest
-from data.stage import Stage
+from data.stage import Runtime, Stage
 
 OUTPUTS = ["a.txt", "sub/b.txt"]
 CONTENT = {"a.txt": "alpha\n", "sub/b.txt": "beta beta\n"}
@@ -16,19 +17,25 @@ CONTENT = {"a.txt": "alpha\n", "sub/b.txt": "beta beta\n"}
 class ToyStage:
     """Writes each output it is asked for through Stage.writing; `calls` lists what each run redid."""
 
-    def __init__(self, directory, params=None, verify="sha256", fail_after_writing=False):
+    def __init__(self, directory, params=None, verify="sha256", fail_after_writing=False, write=None):
         self.directory = directory
         self.params = params or {"size": 1}
         self.verify = verify
         self.fail_after_writing = fail_after_writing
+        self.write = write  # the outputs each run writes of those it is asked for (default: all)
         self.calls = []
         self.messages = []
+        self.last = None  # the Run the last run returned
 
     def run(self):
-        stage = Stage(self.directory, "toy", self.params, verify=self.verify, log=self.messages.append)
+        runtime = Runtime(verify=self.verify, log=self.messages.append)
+        stage = Stage(self.directory, "toy", self.params, runtime)
 
-        def work(todo):
-            self.calls.append(list(todo))
+        def work(run):
+            if run.removed:
+                self.messages.append("toy: cleared")
+            todo = [rel for rel in run.todo if self.write is None or rel in self.write]
+            self.calls.append(list(run.todo))
             os.makedirs(os.path.join(self.directory, "sub"), exist_ok=True)
             with stage.writing(todo) as targets:
                 for rel, temporary in targets.items():
@@ -39,7 +46,8 @@ class ToyStage:
             stage.land({rel: {"lines": 1} for rel in todo})
             return {"redone": len(todo)}
 
-        return stage.run(OUTPUTS, work, folders=("", "sub"), cleared="toy: cleared")
+        self.last = stage.run_on_ranks(OUTPUTS, work, folders=("", "sub"))
+        return self.last.result
 
 
 def _manifest(directory):
@@ -54,7 +62,9 @@ def _temporaries(directory):
 def test_a_second_run_skips_verified_outputs(tmp_path):
     toy = ToyStage(str(tmp_path))
     assert toy.run() == {"redone": 2}
+    assert (toy.last.todo, toy.last.skipped, toy.last.layout, toy.last.ranks.world) == (OUTPUTS, False, {}, 1)
     assert toy.run() is None
+    assert (toy.last.todo, toy.last.skipped) == ([], True)
     assert toy.calls == [OUTPUTS]
     manifest = _manifest(tmp_path)
     assert manifest["complete"] and sorted(manifest["outputs"]) == OUTPUTS
@@ -131,6 +141,40 @@ def test_the_manifest_is_written_last(tmp_path, monkeypatch):
     assert [complete for complete, _ in saves].count(True) == 1
 
 
+def test_an_output_the_work_did_not_land_leaves_the_manifest_incomplete(tmp_path):
+    # As when a TFRecord shard fails: the others are recorded, the stage is not complete, and
+    # a re-run does the missing one alone.
+    toy = ToyStage(str(tmp_path), write=["a.txt"])
+    assert toy.run() == {"redone": 1}
+    manifest = _manifest(tmp_path)
+    assert not manifest["complete"] and sorted(manifest["outputs"]) == ["a.txt"]
+    toy.write = None
+    assert toy.run() == {"redone": 1} and toy.calls[-1] == ["sub/b.txt"]
+    assert _manifest(tmp_path)["complete"]
+
+
+def test_an_interrupted_run_whose_outputs_all_landed_is_completed_without_work(tmp_path):
+    toy = ToyStage(str(tmp_path))
+    toy.run()
+    manifest = _manifest(tmp_path)
+    manifest["complete"] = False  # killed between the last output landing and the last save
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    assert toy.run() is None and len(toy.calls) == 1
+    assert _manifest(tmp_path)["complete"]
+
+
+def test_a_runtime_is_one_value_with_fields_given_alone():
+    said = []
+    assert Runtime() == Runtime.of()
+    runtime = Runtime.of(n_processes=3, log=said.append)
+    assert (runtime.n_processes, runtime.verify, runtime.comm) == (3, "sha256", None)
+    runtime.log("x")
+    assert said == ["x"]
+    assert Runtime.of(runtime, verify="size") == Runtime(n_processes=3, verify="size", log=said.append)
+    with pytest.raises(TypeError):
+        Runtime.of(n_procs=2)  # a misspelt field is refused, not ignored
+
+
 def test_todo_asks_the_stage_whether_a_verified_output_is_current(tmp_path):
     toy = ToyStage(str(tmp_path))
     toy.run()
@@ -198,7 +242,8 @@ def test_a_truncated_shard_or_record_file_is_found_by_a_rerun_and_redone(tmp_pat
     cut = (
         f"{record} is {len(outputs[record]) // 2} bytes but {len(outputs[record])} were recorded: redoing it."
     )
-    assert f"[create_tfrecord_files] {cut}" in capsys.readouterr().err  # that stage logs to stderr
+    assert f"[create_tfrecord_files] {cut}" in said  # every stage says it on the runtime's log
+    assert capsys.readouterr().err == ""
     # The cut record file is written again; the redone shard came out byte for byte, so its record
     # file (made from the same input) still verifies and is kept.
     assert (stats["done"], stats["skipped"]) == (1, 2)

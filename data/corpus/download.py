@@ -35,7 +35,7 @@ from common.errors import UserError
 from common.files import atomic_write, commit, ensure_writable_dir, sha256_file, temporary_name
 from data import paths
 from data.corpus.wikipedia import multistream_index_path
-from data.stage import Stage
+from data.stage import Runtime, Stage
 
 USER_AGENT = "bert-tf2-data-prep/0.1 (+https://github.com/; resumable downloader)"
 CHUNK = 1 << 20
@@ -624,52 +624,66 @@ def download_dataset(
     target = paths.download_dir(root, dataset)
     ensure_writable_dir(target, "download directory")
     sources = sources if sources is not None else dataset_sources(dataset, **source_options)
-    stage = Stage(target, "download", {"dataset": dataset})
+    stage = Stage(
+        target, "download", {"dataset": dataset}, Runtime(progress_factory=progress_factory, log=log)
+    )
     urls = {source.filename: source.url for source in sources}
-    todo = set(stage.todo(urls, current=lambda filename, counts: counts.get("url") == urls[filename]))
     stats = {"files": 0, "skipped": 0, "downloaded": 0, "resumed": 0, "bytes": 0}
     checksum_lists: dict = {}
     start = time.monotonic()
-    for source in sources:
-        url = with_mirror(source.url, mirror)
-        dest = os.path.join(target, source.filename)
+
+    def skip(source):
         stats["files"] += 1
-        if source.filename not in todo:
-            stats["skipped"] += 1
-            stats["bytes"] += stage.manifest.outputs[source.filename]["bytes"]
-            log(f"[download] {source.filename}: present and verified, skipped.")
-            continue
-        md5 = source.md5
-        if not md5 and not source.sha256 and source.md5_list_url:
-            listed_name = os.path.basename(urllib.parse.urlsplit(source.url).path)
-            md5 = published_md5(
-                with_mirror(source.md5_list_url, mirror), listed_name, timeout, checksum_lists
+        stats["skipped"] += 1
+        stats["bytes"] += stage.manifest.outputs[source.filename]["bytes"]
+        log(f"[download] {source.filename}: present and verified, skipped.")
+
+    def fetch_todo(run):
+        for source in sources:
+            if source.filename not in run.todo:
+                skip(source)
+                continue
+            url = with_mirror(source.url, mirror)
+            dest = os.path.join(target, source.filename)
+            stats["files"] += 1
+            md5 = source.md5
+            if not md5 and not source.sha256 and source.md5_list_url:
+                listed_name = os.path.basename(urllib.parse.urlsplit(source.url).path)
+                md5 = published_md5(
+                    with_mirror(source.md5_list_url, mirror), listed_name, timeout, checksum_lists
+                )
+            log(f"[download] {url} -> {dest}")
+            result = fetch(
+                url,
+                dest,
+                size=source.size,
+                sha256=source.sha256,
+                md5=md5,
+                timeout=timeout,
+                retries=retries,
+                progress_factory=progress_factory,
+                log=log,
             )
-        log(f"[download] {url} -> {dest}")
-        result = fetch(
-            url,
-            dest,
-            size=source.size,
-            sha256=source.sha256,
-            md5=md5,
-            timeout=timeout,
-            retries=retries,
-            progress_factory=progress_factory,
-            log=log,
-        )
-        if source.extract == "zip":
-            extracted = _extract_zip(
-                dest, os.path.join(target, source.extract_to or "."), source.member_sha256
-            )
-            log(f"[download] extracted {', '.join(extracted)} from {source.filename}")
-        counts = {"url": source.url, "md5": md5} if md5 else {"url": source.url}
-        stage.land({source.filename: counts})
-        stats[result["status"] if result["status"] != "present" else "skipped"] += 1
-        stats["bytes"] += result["bytes"]
+            if source.extract == "zip":
+                extracted = _extract_zip(
+                    dest, os.path.join(target, source.extract_to or "."), source.member_sha256
+                )
+                log(f"[download] extracted {', '.join(extracted)} from {source.filename}")
+            counts = {"url": source.url, "md5": md5} if md5 else {"url": source.url}
+            stage.land({source.filename: counts})
+            stats[result["status"] if result["status"] != "present" else "skipped"] += 1
+            stats["bytes"] += result["bytes"]
+
+    def same_url(filename, counts):
+        return counts.get("url") == urls[filename]
+
+    # A download resumes its own `.part` files: no folder is cleared of temporaries.
+    if stage.run_on_ranks(urls, fetch_todo, current=same_url, folders=()).skipped:
+        for source in sources:
+            skip(source)
     mrpc_dir = os.path.join(target, "MRPC")
     if all(os.path.isfile(os.path.join(mrpc_dir, s.filename.split("/", 1)[1])) for s in MRPC_SOURCES):
         format_mrpc(mrpc_dir)
-    stage.complete()
     stats["seconds"] = round(time.monotonic() - start, 2)
     stats["directory"] = target
     return stats

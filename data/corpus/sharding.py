@@ -48,9 +48,8 @@ from data import paths
 from data.corpus.segmentation import split_long, split_sentences
 from data.corpus.text_formatting import Utf8Decoder
 from data.manifest import input_identity
-from data.ranks import DEFAULT_TIMEOUT_S as DEFAULT_RANK_TIMEOUT_S
-from data.ranks import Ranks, reported
-from data.stage import Stage
+from data.ranks import reported
+from data.stage import Runtime, Stage
 
 SEGMENTER_VERSION = 1
 DEFAULT_MAX_SENTENCE_CHARS = 2048
@@ -326,24 +325,22 @@ def shard_corpus(
     n_training_shards: int,
     n_test_shards: int,
     fraction_test: float,
-    n_processes: int = 1,
     max_sentence_chars: int = DEFAULT_MAX_SENTENCE_CHARS,
     buffer_bytes: int = DEFAULT_BUFFER_BYTES,
-    progress_factory=None,
-    verify: str = "sha256",
-    comm=None,
-    rank_timeout_s: float = DEFAULT_RANK_TIMEOUT_S,
-    log=None,
+    runtime: Runtime | None = None,
+    **runtime_fields,
 ) -> dict:
     """Writes <output_dir>/{training,test}/<dataset>_{split}_<i>.txt; returns the stage stats (the
     same on every rank).
 
-    Under MPI (`comm`, an mpi4py communicator; None for one process) every rank indexes its share
-    of the input's bytes, assigns every document from the index files, and segments and writes
-    every world-th shard to redo with its `n_processes` workers: the bytes of any one process.
-    Raises UserError when the shard counts or the test fraction do not fit the corpus.
+    `runtime` (data.stage.Runtime; its fields may be given alone, e.g. `n_processes=2`) says how:
+    under MPI (its `comm`; None for one process) every rank indexes its share of the input's
+    bytes, assigns every document from the index files, and segments and writes every world-th
+    shard to redo with its `n_processes` workers: the bytes of any one process. Raises UserError
+    when the shard counts or the test fraction do not fit the corpus.
     """
-    log = log or (lambda message: print(message, file=sys.stderr, flush=True))
+    runtime = Runtime.of(runtime, **runtime_fields)
+    log = runtime.log
     if n_training_shards < 1:
         raise UserError(f"--n_training_shards must be at least 1 (got {n_training_shards}).")
     if n_test_shards < 0 or not 0.0 <= fraction_test < 1.0:
@@ -378,37 +375,18 @@ def shard_corpus(
         "n_training_shards": n_training_shards,
         "n_test_shards": n_test_shards,
         "fraction_test": fraction_test,
-        "n_processes": n_processes,
+        "n_processes": runtime.n_processes,
         "max_sentence_chars": max_sentence_chars,
         "buffer_bytes": buffer_bytes,
     }
-    with Ranks(comm, output_dir, "sharding", rank_timeout_s, log) as ranks:
-        layout = ranks.layout()  # ranks and hosts, for the summary
-        part = f"rank{ranks.rank}" if ranks.world > 1 else None
-        stage = Stage(output_dir, "sharding", params, verify=verify, log=log, part=part)
-        todo_relpaths = stage.todo_on_ranks(relpaths.values(), ranks)
-        if not todo_relpaths:
-            if not stage.manifest.complete:  # an interrupted run's last outputs all landed
-                stage.finish_on_ranks(ranks, relpaths.values())
-            if ranks.rank == 0:
-                log(
-                    f"[sharding] all {len(relpaths)} shards in {output_dir} are complete and verified; skipped."
-                )
-            ranks.barrier("before the stage ends")
-            return {
-                **stage.manifest.totals(relpaths.values()),
-                "shards": len(relpaths),
-                "redone": 0,
-                **layout,
-                "skipped": True,
-            }
-        if len(todo_relpaths) < len(relpaths) and ranks.rank == 0:
-            log(
-                f"[sharding] {len(relpaths) - len(todo_relpaths)} shards verified; redoing {len(todo_relpaths)}."
-            )
-        stage.start_on_ranks(ranks, ("", *paths.SPLITS))
-        start = time.monotonic()
-        redo = set(todo_relpaths)
+    stage = Stage(output_dir, "sharding", params, runtime)
+    start = time.monotonic()
+
+    def work(run):
+        ranks = run.ranks
+        if len(run.todo) < len(relpaths) and ranks.rank == 0:
+            log(f"[sharding] {len(relpaths) - len(run.todo)} shards verified; redoing {len(run.todo)}.")
+        redo = set(run.todo)
         todo = sorted(key for key, rel in relpaths.items() if rel in redo)
         index_path = temporary_name(os.path.join(output_dir, f"documents.rank{ranks.rank}"))
         try:
@@ -420,8 +398,8 @@ def shard_corpus(
             n_documents = sum(count for count, _ in indexes)
             _check_counts(n_documents, settings)
             progress = None
-            if progress_factory and ranks.rank == 0:
-                progress = progress_factory("sharding", sum(map(os.path.getsize, input_files)))
+            if runtime.progress_factory and ranks.rank == 0:
+                progress = runtime.progress_factory("sharding", sum(map(os.path.getsize, input_files)))
             with reported(ranks, "writing its shards"):
                 owned = todo[ranks.rank :: ranks.world]
                 result = _write_shards(
@@ -437,19 +415,18 @@ def shard_corpus(
             if progress is not None:
                 progress.close()
             invalid = sum(ranks.allgather(result.pop("invalid_utf8_sequences"), "after writing its shards"))
-            stage.finish_on_ranks(ranks, relpaths.values())
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.remove(index_path)
-    return {
-        **stage.manifest.totals(relpaths.values()),
-        "shards": len(relpaths),
-        "redone": len(todo),
-        **result,
-        "invalid_utf8_sequences": invalid,  # in the documents this run wrote
-        **layout,
-        "seconds": round(time.monotonic() - start, 3),
-    }
+        return {**result, "invalid_utf8_sequences": invalid}  # in the documents this run wrote
+
+    run = stage.run_on_ranks(relpaths.values(), work, folders=("", *paths.SPLITS))
+    figures = {**stage.manifest.totals(relpaths.values()), "shards": len(relpaths), "redone": len(run.todo)}
+    if run.skipped:
+        if run.ranks.rank == 0:
+            log(f"[sharding] all {len(relpaths)} shards in {output_dir} are complete and verified; skipped.")
+        return {**figures, **run.layout, "skipped": True}
+    return {**figures, **run.result, **run.layout, "seconds": round(time.monotonic() - start, 3)}
 
 
 def _check_counts(n_documents, settings) -> None:

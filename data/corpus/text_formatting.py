@@ -49,9 +49,8 @@ from common.files import atomic_path, commit, ensure_writable_dir, temporary_nam
 from data.corpus import wikipedia
 from data.corpus.parallel import bounded_imap
 from data.manifest import input_identity
-from data.ranks import DEFAULT_TIMEOUT_S as DEFAULT_RANK_TIMEOUT_S
-from data.ranks import Ranks, reported
-from data.stage import Stage
+from data.ranks import reported
+from data.stage import Runtime, Stage
 
 INPUT_FORMATS = ("auto", "wikipedia", "text", "jsonl")
 # Bump when the cleaning rules change, so stale formatted files are redone.
@@ -583,26 +582,24 @@ def format_corpus(
     output_file: str,
     *,
     input_format: str = "auto",
-    n_processes: int = 1,
     text_key: str = "text",
     one_document_per_line: bool = False,
     max_document_chars: int = DEFAULT_MAX_DOCUMENT_CHARS,
-    progress_factory=None,
-    verify: str = "sha256",
-    comm=None,
-    rank_timeout_s: float = DEFAULT_RANK_TIMEOUT_S,
-    log=None,
+    runtime: Runtime | None = None,
+    **runtime_fields,
 ) -> dict:
     """Formats `inputs` into `output_file` (one document per line); restartable via the manifest.
 
-    Under MPI (`comm`, an mpi4py communicator; None for one process) rank r formats the units of
-    work (streams, ranges, whole files) that start in its r-th of the inputs' bytes, with its
-    `n_processes` workers, into a part file; rank 0 then concatenates the parts in rank order, so
-    the output is byte for byte the one-process output. Returns the stage stats (see STAT_KEYS,
-    plus seconds, and skipped=True when a verified output from an identical earlier run was kept),
-    the same on every rank.
+    `runtime` (data.stage.Runtime; its fields may be given alone, e.g. `n_processes=2`) says how:
+    under MPI (its `comm`; None for one process) rank r formats the units of work (streams,
+    ranges, whole files) that start in its r-th of the inputs' bytes, with its `n_processes`
+    workers, into a part file; rank 0 then concatenates the parts in rank order, so the output is
+    byte for byte the one-process output. Returns the stage stats (see STAT_KEYS, plus seconds,
+    and skipped=True when a verified output from an identical earlier run was kept), the same on
+    every rank.
     """
-    log = log or (lambda message: print(message, file=sys.stderr, flush=True))
+    runtime = Runtime.of(runtime, **runtime_fields)
+    log = runtime.log
     if not inputs:
         raise UserError("No input files given; pass --input_files (or download the dataset first).")
     for path in inputs:
@@ -622,30 +619,25 @@ def format_corpus(
         "max_document_chars": max_document_chars,
         "version": FORMAT_VERSION,
     }
-    stage = Stage(directory, "text_formatting", params, verify=verify, log=log)
+    stage = Stage(directory, "text_formatting", params, runtime)
     name = os.path.basename(output_file)
     options = {
         "input_format": input_format,
-        "n_processes": n_processes,
+        "n_processes": runtime.n_processes,
         "text_key": text_key,
         "one_document_per_line": one_document_per_line,
         "max_document_chars": max_document_chars,
         "log": log,
     }
-    with Ranks(comm, directory, "text_formatting", rank_timeout_s, log) as ranks:
-        layout = ranks.layout()  # ranks and hosts, for the summary
-        if not stage.todo_on_ranks([name], ranks):
-            if ranks.rank == 0:
-                log(f"[text_formatting] {output_file} is complete and verified; skipped.")
-            ranks.barrier("before the stage ends")
-            return {**stage.manifest.counts(name), **layout, "skipped": True}
-        stage.start_on_ranks(ranks)
-        start = time.monotonic()
+    start = time.monotonic()
+
+    def work(run):
+        ranks = run.ranks
         total = sum(os.path.getsize(p) for p in inputs)
         lo, hi = ranks.window(total)
-        progress = (
-            progress_factory("text_formatting", hi - lo) if progress_factory and ranks.rank == 0 else None
-        )
+        progress = None
+        if runtime.progress_factory and ranks.rank == 0:
+            progress = runtime.progress_factory("text_formatting", hi - lo)
         part = output_file if ranks.world == 1 else os.path.join(directory, f"{name}.rank{ranks.rank}")
         part = temporary_name(part)
         with reported(ranks, "formatting its share of the inputs"):
@@ -667,8 +659,13 @@ def format_corpus(
                 _concatenate([p for _, p in shares], output_file)
                 stats["seconds"] = round(time.monotonic() - start, 3)
                 stage.land({name: stats})
-        stage.finish_on_ranks(ranks, [name])
-        return {**stage.manifest.counts(name), **layout, "seconds": round(time.monotonic() - start, 3)}
+
+    run = stage.run_on_ranks([name], work)
+    if run.skipped:
+        if run.ranks.rank == 0:
+            log(f"[text_formatting] {output_file} is complete and verified; skipped.")
+        return {**stage.manifest.counts(name), **run.layout, "skipped": True}
+    return {**stage.manifest.counts(name), **run.layout, "seconds": round(time.monotonic() - start, 3)}
 
 
 def _format_share(inputs, part, window, progress, options) -> dict:

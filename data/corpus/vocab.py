@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 import time
 
 from bert.tokenization import SPECIAL_TOKENS, check_special_tokens, load_vocab
 from common.errors import UserError
 from common.files import atomic_path, atomic_write, commit, ensure_writable_dir, temporary_name
 from data.manifest import input_identity
-from data.stage import Stage
+from data.stage import Runtime, Stage
 
 VOCAB_KINDS = ("wordpiece", "sentencepiece")
 VOCAB_FILE = "vocab.txt"
@@ -184,11 +183,14 @@ def build_vocab(
     unused_tokens: int = 0,
     spm_model_type: str = "unigram",
     spm_max_sentences: int = 2_000_000,
-    verify: str = "sha256",
-    log=None,
+    runtime: Runtime | None = None,
+    **runtime_fields,
 ) -> dict:
-    """Trains a vocabulary on the training shards into output_dir (restartable); returns stats."""
-    log = log or (lambda message: print(message, file=sys.stderr, flush=True))
+    """Trains a vocabulary on the training shards into output_dir (restartable); returns stats.
+    `runtime` (data.stage.Runtime; its fields may be given alone, e.g. `log=`) says how it runs:
+    one process, its verify and log."""
+    runtime = Runtime.of(runtime, **runtime_fields)
+    log = runtime.log
     if kind not in VOCAB_KINDS:
         raise UserError(f"Unknown --vocab_type {kind!r}; choose from {', '.join(VOCAB_KINDS)}.")
     if vocab_size < len(SPECIAL_TOKENS) + unused_tokens + 1:
@@ -213,10 +215,12 @@ def build_vocab(
         "spm_model_type": spm_model_type,
         "spm_max_sentences": spm_max_sentences,
     }
-    stage = Stage(output_dir, f"vocab_{kind}", params, verify=verify, log=log)
+    stage = Stage(output_dir, f"vocab_{kind}", params, runtime)
     output = os.path.join(output_dir, name)
 
-    def work(_todo):
+    def work(run):
+        if run.removed:
+            log(f"[vocab] removed the temporary files of an interrupted run in {output_dir}.")
         start = time.monotonic()
         if kind == "wordpiece":
             size = train_wordpiece(
@@ -249,12 +253,11 @@ def build_vocab(
         stage.land({name: stats})
         return {**stats, "path": output}
 
-    cleared = f"[vocab] removed the temporary files of an interrupted run in {output_dir}."
-    result = stage.run([name], work, cleared=cleared)
-    if result is None:
+    run = stage.run_on_ranks([name], work)
+    if run.skipped:
         log(f"[vocab] {output} is complete and verified; skipped.")
         return {**stage.manifest.counts(name), "path": output, "skipped": True}
-    return result
+    return run.result
 
 
 def copy_vocab(vocab_file: str, output_dir: str) -> str:

@@ -1,10 +1,11 @@
 """The TFRecord stage of data preparation: every sentence shard -> one pretraining TFRecord file.
 
 Shards are split over MPI ranks (biggest first to the least-loaded rank) and, within a rank,
-over worker processes; each shard gets its own seed (`shard_seed`). The ranks meet through
-data/ranks.py: a rank that dies or hangs is named by the others, which stop. Restartable: outputs are
-recorded in the output directory's manifest with the sha256 of their input shard, a re-run
-skips verified ones, and temporaries of a killed run are removed first.
+over worker processes; each shard gets its own seed (`shard_seed`). The run takes the steps of
+every stage (data/stage.py, over the ranks of data/ranks.py: a rank that dies or hangs is named by
+the others, which stop): outputs are recorded in the output directory's manifest with the sha256
+of their input shard, a re-run skips verified ones, and temporaries of a killed run are removed
+first.
 """
 
 from __future__ import annotations
@@ -14,23 +15,16 @@ import glob
 import hashlib
 import os
 import re
-import sys
 import time
 
 from common.errors import UserError
 from common.files import ensure_writable_dir, read_json, sha256_file
 from data import paths
 from data.corpus.parallel import bounded_imap, report_progress
-from data.manifest import Manifest
-from data.ranks import DEFAULT_TIMEOUT_S, Ranks
-from data.stage import Stage
+from data.stage import Run, Runtime, Stage
 
 TFRECORD_STAGE = "create_tfrecord_files"
 _SHARD_INDEX = re.compile(r"_(\d+)\.txt$")
-
-
-def _log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def shard_seed(random_seed: int, relpath: str) -> int:
@@ -127,6 +121,10 @@ def _output_rel(rel: str) -> str:
     return os.path.splitext(rel)[0] + ".tfrecord"
 
 
+def _input_rel(out: str) -> str:
+    return os.path.splitext(out)[0] + ".txt"
+
+
 def _check_settings(
     vocab_file,
     spm_model_file,
@@ -177,68 +175,43 @@ class _StageJob:
     shard_dir: str
     output_dir: str
     relpaths: list  # every shard, split/name.txt
-    params: dict  # the manifest's parameters
     options: dict  # create_training_files' instance options
     random_seed: int
     tokenizer_args: dict
-    n_processes: int
-    progress_factory: object
-    verify: str
-    log: object
+    runtime: Runtime
 
 
-@dataclasses.dataclass
-class _RankPlan:
-    """What one rank writes: its stage (over a part of the manifest when there are several
-    ranks), its shards and, of those, the tasks whose outputs are missing or do not verify."""
+def _input_current(job: _StageJob):
+    """Whether a recorded output was made from the shard as it is now (its sha256 recorded)."""
 
-    stage: Stage
-    shards: list
-    tasks: list
-    skipped: int
+    def current(out: str, counts: dict) -> bool:
+        recorded = counts.get("input_sha256")
+        return recorded is not None and recorded == sha256_file(os.path.join(job.shard_dir, _input_rel(out)))
+
+    return current
 
 
-def _plan_rank(job: _StageJob, ranks: Ranks) -> _RankPlan:
-    # Every rank decides what is left to do from the same files, before anyone writes.
-    rank, world, log = ranks.rank, ranks.world, job.log
-    part = f"rank{rank}" if world > 1 else None
-    stage = Stage(job.output_dir, TFRECORD_STAGE, job.params, verify=job.verify, part=part)
-    mine = assign_to_ranks(job.shard_dir, job.relpaths, world)[rank]
-    input_sha = {rel: sha256_file(os.path.join(job.shard_dir, rel)) for rel in mine}
-    ranks.barrier("after hashing its shards")
-    if rank == 0:
-        removed = stage.clear(paths.SPLITS)
-        if removed:
-            log(f"[{TFRECORD_STAGE}] removed {removed} temporary file(s) of an interrupted run.")
-    ranks.barrier("while rank 0 cleared temporaries")
-
-    inputs = {_output_rel(rel): rel for rel in mine}
-    todo = stage.todo(
-        inputs, current=lambda out, counts: counts.get("input_sha256") == input_sha[inputs[out]]
-    )
-    tasks = [
-        {
-            "relpath": inputs[out],
-            "input": os.path.join(job.shard_dir, inputs[out]),
-            "output": os.path.join(job.output_dir, out),
-            "input_sha256": input_sha[inputs[out]],
-            "seed": shard_seed(job.random_seed, inputs[out]),
-            "options": job.options,
-        }
-        for out in todo
-    ]
-    skipped = len(mine) - len(tasks)
+def _my_shards(job: _StageJob, run: Run) -> tuple[list, list]:
+    """This rank's shards (biggest first to the least-loaded rank, whatever is left to do) and,
+    of those, the ones whose outputs are to be written; says how many of its outputs verified."""
+    ranks = run.ranks
+    mine = assign_to_ranks(job.shard_dir, job.relpaths, ranks.world)[ranks.rank]
+    redo = set(run.todo)
+    todo = [rel for rel in mine if _output_rel(rel) in redo]
+    skipped = len(mine) - len(todo)
     if skipped:
-        log(f"[{TFRECORD_STAGE}] rank {rank}: {skipped} of {len(mine)} outputs verified; skipped.")
-    return _RankPlan(stage, mine, tasks, skipped)
+        job.runtime.log(
+            f"[{TFRECORD_STAGE}] rank {ranks.rank}: {skipped} of {len(mine)} outputs verified; skipped."
+        )
+    return mine, todo
 
 
-def _write_tasks(plan: _RankPlan, tokenizer_args, n_processes, progress, log) -> list[str]:
-    """Writes the plan's TFRecord files over `n_processes` workers, recording each in the manifest
-    as it lands; returns the error sentences of the shards that failed."""
+def _write_tasks(job: _StageJob, stage: Stage, tasks: list, progress) -> list[str]:
+    """Writes the TFRecord files of `tasks` over the runtime's worker processes, recording each in
+    the manifest as it lands; returns the error sentences of the shards that failed."""
     # Largest shards first: the last worker to finish is not stuck with a big one.
-    tasks = sorted(plan.tasks, key=lambda t: -os.path.getsize(t["input"]))
-    workers = min(n_processes, len(tasks))
+    tasks = sorted(tasks, key=lambda t: -os.path.getsize(t["input"]))
+    workers = min(job.runtime.n_processes, len(tasks))
     failures = []
     for task, stats, error in bounded_imap(
         _tfrecord_task,
@@ -246,42 +219,60 @@ def _write_tasks(plan: _RankPlan, tokenizer_args, n_processes, progress, log) ->
         workers,
         chunk=1,
         initializer=_tfrecord_worker_init,
-        initargs=(tokenizer_args, workers > 1),
+        initargs=(job.tokenizer_args, workers > 1),
         progress=progress,
     ):
         if error is not None:
             failures.append(error)
             continue
         counts = {**stats, "input_sha256": task["input_sha256"], "seed": task["seed"]}
-        plan.stage.land({_output_rel(task["relpath"]): counts})
+        stage.land({_output_rel(task["relpath"]): counts})
         if stats.get("instances", 0) == 0:
-            log(f"[{TFRECORD_STAGE}] warning: {task['relpath']} produced no instances (too little text).")
+            job.runtime.log(
+                f"[{TFRECORD_STAGE}] warning: {task['relpath']} produced no instances (too little text)."
+            )
     return failures
 
 
-def _gather(ranks: Ranks, manifest, local, failures):
-    """Every rank's counts and errors, summed on every rank; rank 0 folds the manifest parts in."""
+def _write_my_shards(job: _StageJob, stage: Stage, run: Run) -> tuple[dict, list]:
+    """This rank's share of the work; returns the ranks' counts summed, and every rank's errors
+    (the same on every rank)."""
+    ranks = run.ranks
+    if run.removed:
+        job.runtime.log(f"[{TFRECORD_STAGE}] removed {run.removed} temporary file(s) of an interrupted run.")
+    mine, todo = _my_shards(job, run)
+    start = time.monotonic()
+    tasks = [
+        {
+            "relpath": rel,
+            "input": os.path.join(job.shard_dir, rel),
+            "output": os.path.join(job.output_dir, _output_rel(rel)),
+            "input_sha256": sha256_file(os.path.join(job.shard_dir, rel)),
+            "seed": shard_seed(job.random_seed, rel),
+            "options": job.options,
+        }
+        for rel in todo
+    ]
+    failures = []
+    if tasks:
+        progress = None
+        if job.runtime.progress_factory and ranks.rank == 0:
+            name = TFRECORD_STAGE if ranks.world == 1 else f"{TFRECORD_STAGE}[{ranks.rank}]"
+            progress = job.runtime.progress_factory(name, sum(os.path.getsize(t["input"]) for t in tasks))
+        failures = _write_tasks(job, stage, tasks, progress)
+        if progress is not None:
+            progress.close()
+    local = {
+        "shards": len(mine),
+        "skipped": len(mine) - len(tasks),
+        "done": len(tasks) - len(failures),
+        "failed": len(failures),
+        "seconds": round(time.monotonic() - start, 3),
+    }
     gathered = ranks.allgather((local, failures), "after writing its TFRecord files")
-    errors = [e for _, errs in gathered for e in errs]
-    if ranks.rank == 0:
-        manifest.merge_parts()
-    ranks.barrier("while rank 0 merged the manifest")
     total = {k: sum(g[0][k] for g in gathered) for k in ("shards", "skipped", "done", "failed")}
     total["seconds"] = max(g[0]["seconds"] for g in gathered)
-    return total, errors
-
-
-def _totals(output_dir, params, relpaths, rank) -> dict:
-    """The recorded counts summed over every rank's outputs; rank 0 marks the stage complete when
-    all of them are in place."""
-    manifest = Manifest.load(output_dir, TFRECORD_STAGE, params)
-    outputs = [_output_rel(rel) for rel in relpaths]
-    if rank == 0 and all(manifest.verified(out, "size") for out in outputs):
-        manifest.mark_complete()
-    totals = manifest.totals(out for out in outputs if out in manifest.outputs)
-    totals.pop("seed", None)
-    totals["worker_seconds"] = round(totals.pop("seconds", 0.0), 3)
-    return totals
+    return total, [e for _, errors in gathered for e in errors]
 
 
 def create_tfrecord_files(
@@ -299,20 +290,18 @@ def create_tfrecord_files(
     random_seed: int = 12345,
     do_whole_word_mask: bool = False,
     masking: str = "static",
-    n_processes: int = 1,
-    comm=None,
-    progress_factory=None,
-    verify: str = "sha256",
-    log=_log,
-    rank_timeout_s: float = DEFAULT_TIMEOUT_S,
+    runtime: Runtime | None = None,
+    **runtime_fields,
 ) -> dict:
     """Every shard of shard_dir -> output_dir/<split>/<shard>.tfrecord, in parallel, restartable.
 
-    Shards are split over the MPI ranks of `comm` (an mpi4py communicator, or None for one
-    process; a rank silent for `rank_timeout_s` is named and the stage stops) and, within a rank,
-    over `n_processes` worker processes. Returns the summed stats
-    of create_training_files plus shards / skipped / failed counts (on every rank).
+    `runtime` (data.stage.Runtime; its fields may be given alone, e.g. `n_processes=2`) says how:
+    shards are split over the MPI ranks of its `comm` (None for one process; a rank silent for
+    `rank_timeout_s` is named and the stage stops) and, within a rank, over `n_processes` worker
+    processes. Returns the summed stats of create_training_files plus shards / skipped / failed
+    counts (on every rank).
     """
+    runtime = Runtime.of(runtime, **runtime_fields)
     options = {
         "max_seq_length": max_seq_length,
         "max_predictions_per_seq": max_predictions_per_seq,
@@ -322,7 +311,7 @@ def create_tfrecord_files(
         "do_whole_word_mask": do_whole_word_mask,
         "masking": masking,
     }
-    _check_settings(vocab_file, spm_model_file, n_processes, **options)
+    _check_settings(vocab_file, spm_model_file, runtime.n_processes, **options)
     tokenizer_args = _tokenizer_args(vocab_file, spm_model_file, do_lower_case)
     _check_sharding_complete(shard_dir)
     relpaths = list_shards(shard_dir)
@@ -337,50 +326,27 @@ def create_tfrecord_files(
         "vocab_sha256": sha256_file(vocab_file or spm_model_file),
         "vocab_kind": "wordpiece" if vocab_file else "sentencepiece",
     }
-    job = _StageJob(
-        shard_dir,
-        output_dir,
-        relpaths,
-        params,
-        options,
-        random_seed,
-        tokenizer_args,
-        n_processes,
-        progress_factory,
-        verify,
-        log,
+    job = _StageJob(shard_dir, output_dir, relpaths, options, random_seed, tokenizer_args, runtime)
+    stage = Stage(output_dir, TFRECORD_STAGE, params, runtime)
+    outputs = [_output_rel(rel) for rel in relpaths]
+    run = stage.run_on_ranks(
+        outputs,
+        lambda run: _write_my_shards(job, stage, run),
+        current=_input_current(job),
+        folders=paths.SPLITS,
     )
-    with Ranks(comm, output_dir, TFRECORD_STAGE, rank_timeout_s, log) as ranks:
-        return _run_ranks(job, ranks)
-
-
-def _run_ranks(job: _StageJob, ranks: Ranks) -> dict:
-    """This rank's share of the stage, then the ranks' totals (on every rank)."""
-    rank, world = ranks.rank, ranks.world
-    plan = _plan_rank(job, ranks)
-
-    start = time.monotonic()
-    failures = []
-    if plan.tasks:
-        total_bytes = sum(os.path.getsize(t["input"]) for t in plan.tasks)
-        name = TFRECORD_STAGE if world == 1 else f"{TFRECORD_STAGE}[{rank}]"
-        progress = job.progress_factory(name, total_bytes) if job.progress_factory else None
-        failures = _write_tasks(plan, job.tokenizer_args, job.n_processes, progress, job.log)
-        if progress is not None:
-            progress.close()
-    local = {
-        "shards": len(plan.shards),
-        "skipped": plan.skipped,
-        "done": len(plan.tasks) - len(failures),
-        "failed": len(failures),
-        "seconds": round(time.monotonic() - start, 3),
-    }
-    errors = failures
-    if world > 1:
-        local, errors = _gather(ranks, plan.stage.manifest, local, failures)
+    if run.skipped:
+        _my_shards(job, run)
+        counts, errors = {"shards": len(relpaths), "skipped": len(relpaths), "done": 0, "failed": 0}, []
+        counts["seconds"] = 0.0
+    else:
+        counts, errors = run.result
     if errors:
         raise UserError(
             f"{len(errors)} shard(s) failed and were left without output (re-run to retry "
             f"them): " + "; ".join(errors[:3]) + (" ..." if len(errors) > 3 else "")
         )
-    return {**_totals(job.output_dir, job.params, job.relpaths, rank), **local, "output_dir": job.output_dir}
+    totals = stage.manifest.totals(out for out in outputs if out in stage.manifest.outputs)
+    totals.pop("seed", None)
+    totals["worker_seconds"] = round(totals.pop("seconds", 0.0), 3)
+    return {**totals, **counts, "output_dir": output_dir}
