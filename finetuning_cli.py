@@ -1,12 +1,14 @@
 """The command-line flags run_squad.py and run_classifier.py share (Google's and NVIDIA's names),
 defined once: not an entry point itself. Each entry point adds its task's flags and turns the
-parsed values into training.finetuning_job.FineTuningSettings with `settings_from_flags`."""
+parsed values into training.finetuning_job.FineTuningSettings with `settings_from_flags` and its
+task (a training.tasks.TaskKind's) with `task_of`."""
 
 from __future__ import annotations
 
 import os
 
 from common import cli
+from training import tasks
 
 
 def define_flags(
@@ -19,8 +21,8 @@ def define_flags(
     output_dir_help: str = "Checkpoints, log.jsonl, TensorBoard events, predictions and eval_results.json; "
     "a run continues from the latest checkpoint here.",
 ) -> None:
-    """The shared flags, with the task's own defaults for the few that differ (SQuAD: 384, 5e-5,
-    batch 32, 2 epochs; GLUE: 128, 2e-5, 32, 3)."""
+    """The shared flags, with the task's own defaults for the few that differ (training.tasks'
+    TaskKind.defaults: SQuAD 384, 5e-5, batch 32, 2 epochs; GLUE 128, 2e-5, 32, 3)."""
     from optimization import OPTIMIZERS
     from training.finetuning_job import FineTuningSettings
 
@@ -84,19 +86,6 @@ def define_flags(
     flag("triton_repository", "Also write a Triton model repository here (needs --export_dir).", str)
 
 
-SQUAD_FLAGS = (
-    "train_file",
-    "predict_file",
-    "version_2_with_negative",
-    "doc_stride",
-    "max_query_length",
-    "n_best_size",
-    "max_answer_length",
-    "null_score_diff_threshold",
-)
-GLUE_FLAGS = ("task_name", "data_dir")
-
-
 def define_squad_flags(fv) -> None:
     """run_squad.py's task flags (Google's names and defaults); SquadTask.validate checks them."""
     flag = cli.Flags(fv)
@@ -115,13 +104,6 @@ def define_squad_flags(fv) -> None:
     )
 
 
-def squad_task(F):
-    """training.squad_task.SquadTask from the SQuAD flags."""
-    from training.squad_task import SquadTask
-
-    return SquadTask(**{name: F[name].value for name in SQUAD_FLAGS})
-
-
 def define_glue_flags(
     fv, task_help: str = "GLUE task: CoLA, SST-2, MRPC, STS-B, QQP, MNLI, QNLI, RTE, WNLI."
 ) -> None:
@@ -131,11 +113,9 @@ def define_glue_flags(
     flag("data_dir", "The GLUE root (holding MRPC/ ...) or the task's own directory.", str)
 
 
-def glue_task(F):
-    """training.glue_task.GlueTask from the GLUE flags."""
-    from training.glue_task import GlueTask
-
-    return GlueTask(task_name=F.task_name, data_dir=F.data_dir)
+def task_of(kind: tasks.TaskKind, F):
+    """The task of `kind` from its flags (kind.options) as parsed."""
+    return kind.create(**{name: F[name].value for name in kind.options})
 
 
 def settings_from_flags(F):
@@ -146,19 +126,19 @@ def settings_from_flags(F):
     return cli.job_settings(F, FineTuningSettings, os.environ, launched_ranks)
 
 
-def entry_point(define_task_flags, task_of, doc: str, prog: str, **defaults):
+def entry_point(kind: tasks.TaskKind, define_task_flags, doc: str, prog: str):
     """The main() of a fine-tuning entry point (run_squad.py, run_classifier.py): the shared flags
-    with the task's `defaults`, the task's flags (`define_task_flags`), then the fine-tuning job
-    on `task_of(flags)`."""
+    with the defaults of the task's `kind`, the task's flags (`define_task_flags`), then the
+    fine-tuning job on its task."""
 
     def define_all(fv) -> None:
-        define_flags(fv, **defaults)
+        define_flags(fv, **kind.defaults)
         define_task_flags(fv)
 
     def run(F) -> int:
         from training import job
 
-        job.run(settings_from_flags(F), task_of(F))
+        job.run(settings_from_flags(F), task_of(kind, F))
         return 0
 
     return cli.entry_point(define_all, run, doc, prog)

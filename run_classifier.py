@@ -20,20 +20,12 @@ from __future__ import annotations
 import sys
 
 import finetuning_cli
+from training import tasks
 
 PROG = "run_classifier"
 
 
-main = finetuning_cli.entry_point(
-    finetuning_cli.define_glue_flags,
-    finetuning_cli.glue_task,
-    __doc__,
-    PROG,
-    max_seq_length=128,
-    learning_rate=2e-5,
-    train_batch_size=32,
-    epochs=3.0,
-)
+main = finetuning_cli.entry_point(tasks.GLUE, finetuning_cli.define_glue_flags, __doc__, PROG)
 
 if __name__ == "__main__":
     sys.exit(main())

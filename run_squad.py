@@ -18,20 +18,12 @@ from __future__ import annotations
 import sys
 
 import finetuning_cli
+from training import tasks
 
 PROG = "run_squad"
 
 
-main = finetuning_cli.entry_point(
-    finetuning_cli.define_squad_flags,
-    finetuning_cli.squad_task,
-    __doc__,
-    PROG,
-    max_seq_length=384,
-    learning_rate=5e-5,
-    train_batch_size=32,
-    epochs=2.0,
-)
+main = finetuning_cli.entry_point(tasks.SQUAD, finetuning_cli.define_squad_flags, __doc__, PROG)
 
 if __name__ == "__main__":
     sys.exit(main())

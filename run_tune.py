@@ -152,25 +152,25 @@ def _space(F):
     return search_space.build_space(file_spec, overrides, f"--search_space {F.search_space}")
 
 
-def _trial_flags(F, squad: bool) -> tuple[str, ...]:
+def _trial_flags(F, kind) -> tuple[str, ...]:
     """The fine-tuning flags given on this command line that every trial gets."""
-    import finetuning_cli
     from training.finetuning_job import FineTuningSettings
     from tuning.search_space import PARAMETERS
 
     shared = [n for n in FineTuningSettings.__dataclass_fields__ if n in F]
     shared += ["precision", "amp", "use_horovod"]
-    task = finetuning_cli.SQUAD_FLAGS if squad else finetuning_cli.GLUE_FLAGS
-    names = [n for n in dict.fromkeys([*shared, *task]) if n not in SET_BY_TUNER and n not in PARAMETERS]
+    names = [
+        n for n in dict.fromkeys([*shared, *kind.options]) if n not in SET_BY_TUNER and n not in PARAMETERS
+    ]
     return tuple(F[n].serialize() for n in names if F[n].present)
 
 
-def _check_task(F, squad: bool, eval_every: int) -> None:
+def _check_task(F, kind, eval_every: int) -> None:
     """The fine-tuning flags and files, checked as a trial would check them, before any trial."""
     import finetuning_cli
     from training import finetuning_job
 
-    task = finetuning_cli.squad_task(F) if squad else finetuning_cli.glue_task(F)
+    task = finetuning_cli.task_of(kind, F)
     task.validate(do_train=True, do_eval=True, do_predict=False)
     settings = dataclasses.replace(
         finetuning_cli.settings_from_flags(F),
@@ -199,6 +199,7 @@ def _trial_prefix(F) -> tuple:
 
 def run(F) -> int:
     from common.errors import UserError
+    from training import tasks
     from tuning import search
 
     if F.dashboard:  # the study's storage is all it needs: no task, no trial
@@ -208,8 +209,7 @@ def run(F) -> int:
         search.serve_dashboard(url, F.dashboard_host, F.dashboard_port)
         return 0
     cli.required(F, "task_name", "output_dir")
-    squad = search.is_squad(F.task_name)
-    search.task_metrics(F.task_name, F.version_2_with_negative)  # an unknown task, first
+    kind = tasks.find(F.task_name)  # an unknown task, first
     for name in SET_BY_TUNER[2:]:
         if F[name].present and name != "eval_every_n_steps":
             raise UserError(f"--{name} is set by the tuner for every trial; leave it out.")
@@ -218,7 +218,7 @@ def run(F) -> int:
         output_dir=F.output_dir,
         task_name=F.task_name,
         space=_space(F),
-        trial_flags=_trial_flags(F, squad),
+        trial_flags=_trial_flags(F, kind),
         metric=F.metric,
         version_2_with_negative=F.version_2_with_negative,
         n_trials=F.n_trials,
@@ -237,7 +237,7 @@ def run(F) -> int:
         trial_retries=F.trial_retries,
     )
     search.validate(settings)
-    _check_task(F, squad, eval_every)
+    _check_task(F, kind, eval_every)
     search.run(settings)
     return 0
 

@@ -22,17 +22,18 @@ resume, log.jsonl, TensorBoard and the progress line. In order:
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import json
 import os
 
-import numpy as np
-
 from common.cli import setting
 from common.errors import UserError
-from common.files import ensure_writable_dir, write_json
+from common.files import write_json
 from optimization import FINE_TUNING_DECAY_POWER
 from training import job
+from training.finetuning_data import periodic_evaluation, predict, training_dataset
+from training.task import Prepared, Task
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -73,9 +74,8 @@ def validate(s: FineTuningSettings) -> None:
 def load_model_files(s: FineTuningSettings, output_dir_checkpoint: str | None):
     """(BertConfig, vocab file): the flags' or those stored beside --init_checkpoint (or beside
     the output directory's checkpoint when resuming); the vocab's size is checked."""
-    from bert.checkpoints import check_vocab_size, find_config, vocab_beside
+    from bert.checkpoints import find_config, vocab_beside
     from bert.config import read_config_file
-    from bert.tokenization import load_vocab
 
     source = s.init_checkpoint or output_dir_checkpoint
     if s.bert_config_file:
@@ -89,12 +89,7 @@ def load_model_files(s: FineTuningSettings, output_dir_checkpoint: str | None):
     vocab_file = s.vocab_file or (vocab_beside(source) if source else None)
     if not vocab_file:
         raise UserError(f"No vocab.txt beside {source or '--init_checkpoint'}; pass --vocab_file.")
-    check_vocab_size(config, len(load_vocab(vocab_file)), vocab_file)
-    if s.max_seq_length > config.max_position_embeddings:
-        raise UserError(
-            f"--max_seq_length={s.max_seq_length} exceeds the model's max_position_embeddings="
-            f"{config.max_position_embeddings}."
-        )
+    job.check_model_files(config, vocab_file, s.max_seq_length, s.bert_config_file or source)
     return config, vocab_file
 
 
@@ -102,124 +97,6 @@ def train_steps(num_features: int, global_batch: int, epochs: float, warmup_prop
     """(updates, warmup updates) as Google's and NVIDIA's scripts count them."""
     steps = int(num_features / global_batch * epochs)
     return steps, int(steps * warmup_proportion)
-
-
-def training_dataset(
-    arrays: dict,
-    batch_size: int,
-    *,
-    num_workers: int,
-    worker_index: int,
-    seed: int,
-    start: int = 0,
-    accumulation: int = 1,
-    bin_size: int = 0,
-    group_by_length: bool = False,
-):
-    """Training micro-batches of one worker from in-memory feature arrays: the rows in the global
-    order of training/data_order.py (a seeded permutation per epoch, endless; grouped by length
-    with `group_by_length`) from sequence `start` of it. bin_size 0: every num_workers-th
-    micro-batch of B, each S long; else each update's W x k x B rows (k = accumulation) sorted by
-    length and dealt to the workers, each micro-batch cut to its bin (training/length_bins.py)."""
-    import tensorflow as tf
-
-    from training.data_order import rows_in_order, worker_micro_batches
-    from training.length_bins import trim
-
-    rows = len(next(iter(arrays.values())))
-    if rows < batch_size * num_workers:
-        raise UserError(
-            f"{rows} training features are fewer than --train_batch_size={batch_size} x "
-            f"{num_workers} worker(s), one micro-batch for each."
-        )
-    lengths = arrays["input_mask"].sum(axis=1) if bin_size or group_by_length else None
-    order = rows_in_order(
-        rows,
-        seed=seed,
-        start=start,
-        lengths=lengths,
-        group_batch=batch_size * accumulation * num_workers if group_by_length else None,
-    )
-    tensors = {name: tf.constant(value) for name, value in arrays.items()}
-    lengths_of = None
-    if bin_size:
-        row_lengths = tf.constant(lengths.astype(np.int32))
-
-        def lengths_of(index):
-            return tf.gather(row_lengths, index)
-
-    d = worker_micro_batches(
-        order, batch_size, num_workers, worker_index, accumulation=accumulation, lengths_of=lengths_of
-    )
-    max_seq_length = arrays["input_ids"].shape[1] if bin_size else None
-    d = d.map(
-        lambda index: trim(
-            {name: tf.gather(t, index) for name, t in tensors.items()}, bin_size, max_seq_length
-        )
-    )
-    return d.prefetch(tf.data.AUTOTUNE)
-
-
-def predict(
-    step,
-    arrays: dict,
-    batch_size: int,
-    progress_name: str,
-    stream,
-    *,
-    bin_size: int = 0,
-    sequence_outputs: tuple = (),
-) -> dict[str, np.ndarray]:
-    """The model's outputs (float32 arrays, one row per feature) over `arrays`, in input order.
-
-    With bin_size the rows go by length (training/length_bins.by_length), each batch cut to its
-    bin; the outputs named in `sequence_outputs` ([B, L]) are filled back to S with -inf past L:
-    positions that are padding in every row of the batch."""
-    from common.progress import Progress
-    from training.length_bins import SEQUENCE_FEATURES, by_length
-
-    rows, max_seq_length = arrays["input_ids"].shape
-    outputs: dict[str, np.ndarray] = {}
-    lengths = arrays["input_mask"].sum(axis=1)
-    with Progress(progress_name, rows, unit="features", stream=stream) as progress:
-        for index, real, length in by_length(lengths, batch_size, bin_size, max_seq_length):
-            batch = {
-                name: value[index][:, :length] if name in SEQUENCE_FEATURES else value[index]
-                for name, value in arrays.items()
-            }
-            for name, value in step.predict(batch).items():
-                value = np.asarray(value, np.float32)[:real]
-                if name in sequence_outputs and value.shape[1] < max_seq_length:
-                    filler = np.full((real, max_seq_length - value.shape[1]), -np.inf, np.float32)
-                    value = np.concatenate([value, filler], axis=1)
-                if name not in outputs:
-                    outputs[name] = np.empty((rows, *value.shape[1:]), np.float32)
-                outputs[name][index[:real]] = value
-            progress(real)
-    return outputs
-
-
-def periodic_evaluation(
-    step, task, split: str, every: int, last: int, features, batch_size: int, log, by_length: dict
-):
-    """loop.train's `periodic` for --eval_every_n_steps: every `every` updates before the last
-    (whose evaluation follows training), the official metrics of `split` into the log (log.jsonl's
-    {"step", "eval"} lines and TensorBoard's eval/ scalars); nothing is written on other ranks.
-    by_length: predict's bin_size and sequence_outputs."""
-
-    def evaluate(current: int) -> None:
-        if current >= last or not log.enabled:
-            return
-        arrays, context = features  # rank 0's (None on the others, which never get here)
-        outputs = predict(
-            step, arrays, batch_size, f"evaluate {split} at step {current}", log.stream, **by_length
-        )
-        metrics = task.dev_metrics(split, outputs, context)
-        if metrics is not None:
-            log.record_eval(current, {"split": split, **metrics})
-            print(f"{split} at step {current}: " + json.dumps(metrics), file=log.stream, flush=True)
-
-    return every, evaluate
 
 
 def update_of(s: FineTuningSettings, workers: int) -> job.Update:
@@ -238,81 +115,23 @@ def update_of(s: FineTuningSettings, workers: int) -> job.Update:
     )
 
 
-@dataclasses.dataclass(kw_only=True)
-class FineTuningPlan(job.Plan):
-    """The job's plan with fine-tuning's data: the tokenizer and the training features."""
+@dataclasses.dataclass(frozen=True)
+class FineTuningData:
+    """Fine-tuning's plan.data: the tokenizer and the training features (with --do_train)."""
 
     tokenizer: object
-    train_arrays: dict | None  # the training features, with --do_train
-
-
-def _plan(s: FineTuningSettings, task, dist, out) -> FineTuningPlan:
-    """Steps 1-3: config, vocab, features, steps; then the resolved settings reported."""
-    from bert.tokenization import build_tokenizer
-    from training.checkpointing import latest_checkpoint, write_model_files
-
-    if dist.is_chief:
-        ensure_writable_dir(s.output_dir)
-    resume_from = latest_checkpoint(s.output_dir)
-    config, vocab_file = load_model_files(s, resume_from)
-    tokenizer = build_tokenizer(vocab_file=vocab_file, do_lower_case=s.do_lower_case)
-    update, start = update_of(s, dist.size), 0
-    if s.do_train:
-        update, start = job.continue_update(update, resume_from, out)
-    steps = warmup = 0
-    train_arrays = None
-    if s.do_train:
-        train_arrays, num_examples = task.train_features(tokenizer, s.max_seq_length, seed=s.seed, stream=out)
-        num_features = len(train_arrays["input_ids"])
-        steps, warmup = train_steps(
-            num_features, update.global_batch_size, s.num_train_epochs, s.warmup_proportion
-        )
-        if steps < 1:
-            raise UserError(
-                f"{num_features} training features x {s.num_train_epochs} epochs make no update of "
-                f"{update.global_batch_size} (the global batch): lower --train_batch_size or raise "
-                "--num_train_epochs."
-            )
-    resolved = {
-        **dataclasses.asdict(s),
-        **task.describe(),
-        "vocab_file": vocab_file,
-        **update.describe(),
-        "bin_size": job.bin_size_of(s),
-        "num_train_steps": steps,
-        "num_warmup_steps": warmup,
-        "resume_from": resume_from,
-        "start_sequence": start,
-    }
-    if s.do_train:
-        resolved["num_train_examples"] = num_examples
-        resolved["num_train_features"] = num_features
-    if dist.is_chief:
-        path = os.path.join(s.output_dir, job.RESOLVED_CONFIG_NAME)
-        # A predict/export-only run keeps the training record.
-        job.report("fine-tuning", resolved, out, path if s.do_train or not os.path.exists(path) else None)
-        write_model_files(config, vocab_file, s.output_dir)
-    return FineTuningPlan(
-        config=config,
-        update=update,
-        start_sequence=start,
-        steps=steps,
-        warmup=warmup,
-        resume_from=resume_from,
-        resolved=resolved,
-        tokenizer=tokenizer,
-        train_arrays=train_arrays,
-    )
+    train_arrays: dict | None
 
 
 def _predict_and_export(
-    s: FineTuningSettings, task, plan: FineTuningPlan, step, global_step: int, out, result: dict
+    s: FineTuningSettings, task, plan: job.Plan, step, global_step: int, out, result: dict
 ):
     """Step 5b, rank 0: each split's predictions and official metrics; the SavedModel."""
     from training import loop
 
+    tokenizer = plan.data.tokenizer
     for split in task.prediction_splits(do_eval=s.do_eval, do_predict=s.do_predict):
-        arrays, context = task.predict_features(split, plan.tokenizer, s.max_seq_length, stream=out)
+        arrays, context = task.predict_features(split, tokenizer, s.max_seq_length, stream=out)
         outputs = predict(step, arrays, s.predict_batch_size, f"predict {split}", out, **_by_length(s, task))
         metrics = task.write_predictions(split, outputs, context, s.output_dir)
         if metrics is not None:
@@ -343,22 +162,85 @@ def _by_length(s: FineTuningSettings, task) -> dict:
     return {"bin_size": job.bin_size_of(s), "sequence_outputs": sequence_outputs}
 
 
-class FineTuningTask:
-    """What every fine-tuning task does alike, for training.job.run. A subclass (SquadTask,
-    GlueTask) gives its data and head: validate(do_train=, do_eval=, do_predict=), describe(),
-    build_model(config, dtype), objective, train_features(tokenizer, max_seq_length, seed=,
-    stream=), prediction_splits(do_eval=, do_predict=), predict_features(split, tokenizer,
-    max_seq_length, stream=), dev_metrics(split, outputs, context), write_predictions(split,
-    outputs, context, output_dir), serving_outputs and triton_name."""
+class FineTuningTask(Task):
+    """What every fine-tuning task does alike, for training.job.run: features in memory, steps
+    from epochs, Google's linear schedule, prediction of each split with the official metrics,
+    export. A subclass (SquadTask, GlueTask) gives its data and head by implementing the abstract
+    methods below and setting `objective`, `serving_outputs` ({output name: dims after the
+    batch}) and `triton_name`."""
+
+    title = "fine-tuning"
+    serving_outputs: dict = {}
+    triton_name: str = ""
+
+    # ---- what a fine-tuning task supplies ----
+
+    @abc.abstractmethod
+    def validate(self, *, do_train: bool, do_eval: bool, do_predict: bool) -> None:
+        """UserError naming the first of the task's own flags that cannot work for these actions."""
+
+    @abc.abstractmethod
+    def describe(self) -> dict:
+        """The task's own resolved settings (its "task" name first)."""
+
+    @abc.abstractmethod
+    def train_features(self, tokenizer, max_seq_length: int, *, seed: int, stream) -> tuple[dict, int]:
+        """({feature name: [rows, ...] array}, the number of training examples)."""
+
+    @abc.abstractmethod
+    def prediction_splits(self, *, do_eval: bool, do_predict: bool) -> list[str]:
+        """The splits to predict, in order (the first is the one --eval_every_n_steps scores)."""
+
+    @abc.abstractmethod
+    def predict_features(self, split: str, tokenizer, max_seq_length: int, *, stream) -> tuple[dict, object]:
+        """(the split's feature arrays, the context its predictions are decoded with)."""
+
+    @abc.abstractmethod
+    def dev_metrics(self, split: str, outputs: dict, context) -> dict | None:
+        """The official metrics of `outputs`, writing nothing; None for a split without labels."""
+
+    @abc.abstractmethod
+    def write_predictions(self, split: str, outputs: dict, context, output_dir: str) -> dict | None:
+        """Writes the split's prediction files; its official metrics, or None without labels."""
+
+    # ---- training.task.Task's hooks, alike for every fine-tuning task ----
 
     def validate_settings(self, s: FineTuningSettings) -> None:
         validate(s)
         self.validate(do_train=s.do_train, do_eval=s.do_eval, do_predict=s.do_predict)
 
-    def plan(self, s: FineTuningSettings, dist, out) -> FineTuningPlan:
-        return _plan(s, self, dist, out)
+    def model_files(self, s: FineTuningSettings, resume_from):
+        return load_model_files(s, resume_from)
 
-    def initialise(self, model, s: FineTuningSettings, plan: FineTuningPlan, out) -> None:
+    def update(self, s: FineTuningSettings, workers: int) -> job.Update:
+        return update_of(s, workers)
+
+    def prepare(self, s: FineTuningSettings, plan: job.Plan, dist, out) -> Prepared:
+        """The tokenizer and, with --do_train, the training features and the steps they make."""
+        from bert.tokenization import build_tokenizer
+
+        tokenizer = build_tokenizer(vocab_file=plan.vocab_file, do_lower_case=s.do_lower_case)
+        resolved = {**self.describe()}
+        steps = warmup = 0
+        train_arrays = None
+        if s.do_train:
+            global_batch = plan.update.global_batch_size
+            train_arrays, num_examples = self.train_features(
+                tokenizer, s.max_seq_length, seed=s.seed, stream=out
+            )
+            num_features = len(train_arrays["input_ids"])
+            steps, warmup = train_steps(num_features, global_batch, s.num_train_epochs, s.warmup_proportion)
+            if steps < 1:
+                raise UserError(
+                    f"{num_features} training features x {s.num_train_epochs} epochs make no update of "
+                    f"{global_batch} (the global batch): lower --train_batch_size or raise "
+                    "--num_train_epochs."
+                )
+            resolved.update(num_train_examples=num_examples, num_train_features=num_features)
+        resolved.update(num_train_steps=steps, num_warmup_steps=warmup)
+        return Prepared(FineTuningData(tokenizer, train_arrays), steps, warmup, resolved)
+
+    def initialise(self, model, s: FineTuningSettings, plan: job.Plan, out) -> None:
         """The encoder, and the head when the checkpoint holds one, from --init_checkpoint in a
         new output_dir."""
         from bert.checkpoints import load_for_fine_tuning
@@ -373,10 +255,10 @@ class FineTuningTask:
         elif not plan.resume_from:
             print("No --init_checkpoint: the encoder starts from random weights.", file=out)
 
-    def training_batches(self, s: FineTuningSettings, plan: FineTuningPlan, dist):
+    def training_batches(self, s: FineTuningSettings, plan: job.Plan, dist):
         return iter(
             training_dataset(
-                plan.train_arrays,
+                plan.data.train_arrays,
                 s.train_batch_size,
                 num_workers=dist.size,
                 worker_index=dist.rank,
@@ -388,17 +270,17 @@ class FineTuningTask:
             )
         )
 
-    def resumed(self, plan: FineTuningPlan, start: int, out) -> None:
+    def resumed(self, plan: job.Plan, start: int, out) -> None:
         if plan.resume_from:
             print(f"Resuming from {plan.resume_from} (step {start} of {plan.steps}).", file=out)
 
-    def periodic(self, s: FineTuningSettings, plan: FineTuningPlan, step, log, out):
+    def periodic(self, s: FineTuningSettings, plan: job.Plan, step, log, out):
         """--eval_every_n_steps' evaluation during training (rank 0 computes the features)."""
         if not s.eval_every_n_steps:
             return None
         split = self.prediction_splits(do_eval=True, do_predict=False)[0]
         features = (
-            self.predict_features(split, plan.tokenizer, s.max_seq_length, stream=out)
+            self.predict_features(split, plan.data.tokenizer, s.max_seq_length, stream=out)
             if step.distributed.is_chief
             else None
         )
@@ -414,13 +296,13 @@ class FineTuningTask:
             _by_length(s, self),
         )
 
-    def loaded(self, plan: FineTuningPlan, out) -> None:
+    def loaded(self, plan: job.Plan, out) -> None:
         print(f"Predicting with the weights of {plan.resume_from}.", file=out)
 
     def result_fields(self) -> dict:
         return {"results": {}, "export_dir": None}
 
-    def finish(self, s: FineTuningSettings, plan: FineTuningPlan, step, result: dict, log, out) -> None:
+    def finish(self, s: FineTuningSettings, plan: job.Plan, step, result: dict, log, out) -> None:
         """Rank 0: each split's predictions and official metrics, the SavedModel; then every
         worker waits for it."""
         dist = step.distributed

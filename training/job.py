@@ -1,10 +1,11 @@
 """The one training job: `run(settings, task)` drives pretraining (training/pretraining_job.py's
 PretrainingTask) and fine-tuning (SquadTask, GlueTask on training/finetuning_job.py's
 FineTuningTask) alike, from the settings every job shares (`JobSettings`) to a trained, evaluated
-output directory:
+output directory. A task is a training.task.Task: job.run owns every step that is the same for each
+task and calls the task's hooks for what differs (training/task.py lists them in order):
 
     result = job.run(settings, task)   # task.validate_settings, then in one worker:
-      plan = task.plan(settings, dist, out)       # cheap checks, data, update, steps, the report
+      plan = job.plan(settings, task, dist, out)  # model files, output dir, update, data, report
       step = the model (task.build_model, task.initialise) and its TrainStep (task.objective)
       training from the latest checkpoint (task.training_batches, task.resumed, task.periodic)
       task.finish(...)                            # evaluate, predict, export
@@ -35,7 +36,7 @@ import sys
 
 from common.cli import check_settings, setting
 from common.errors import UserError
-from common.files import write_json
+from common.files import ensure_writable_dir, write_json
 
 RESOLVED_CONFIG_NAME = "resolved_config.json"
 
@@ -92,42 +93,96 @@ def validate_settings(s: JobSettings) -> None:
 
 @dataclasses.dataclass(kw_only=True)
 class Plan:
-    """What a task's cheap checks found: the job before any model exists. Tasks add their data."""
+    """The job before any model exists: what `plan` found, the task's data among it."""
 
     config: object  # BertConfig
+    vocab_file: str | None
     update: "Update"
     start_sequence: int  # of the data order, where training continues
-    steps: int  # updates to train for (0 without --do_train)
-    warmup: int
     resume_from: str | None  # the output directory's latest checkpoint
-    resolved: dict
+    steps: int = 0  # updates to train for (0 without --do_train)
+    warmup: int = 0
+    data: object = None  # the task's (training.task.Prepared.data)
+    resolved: dict = dataclasses.field(default_factory=dict)
 
 
 def run(s: JobSettings, task, stream=None) -> dict:
-    """Runs the job `task` describes (see the module docstring) with settings `s`; returns
+    """Runs `task` (a training.task.Task; see the module docstring) with settings `s`; returns
     {"resolved", "model", "step" (of the weights it ends with), "train" (last metrics or None),
     "throughput" (or None)} plus the task's own results. Problems the user can fix raise
     UserError before any model is built."""
     task.validate_settings(s)
     stream = stream if stream is not None else sys.stdout
     with worker(s.use_horovod, s.deterministic, stream) as (dist, out):
-        plan = task.plan(s, dist, out)
-        step = _build_step(s, task, plan, dist, out)
-        result = {"resolved": plan.resolved, "model": step.model, "train": None, "throughput": None}
+        p = plan(s, task, dist, out)
+        step = _build_step(s, task, p, dist, out)
+        result = {"resolved": p.resolved, "model": step.model, "train": None, "throughput": None}
         result.update(task.result_fields())
         log = None
         if s.do_train:
-            result["train"], log = _train(s, task, plan, step, out)
+            result["train"], log = _train(s, task, p, step, out)
             result["throughput"] = log.throughput()
-        elif plan.resume_from:
+        elif p.resume_from:
             from bert.checkpoints import load_weights
 
-            load_weights(step.model, plan.resume_from)
-            task.loaded(plan, out)
+            load_weights(step.model, p.resume_from)
+            task.loaded(p, out)
         # Without training: the step of the weights (the output_dir's, else --init_checkpoint's).
-        result["step"] = weights_step(step, s.do_train, plan.resume_from or s.init_checkpoint)
-        task.finish(s, plan, step, result, log, out)
+        result["step"] = weights_step(step, s.do_train, p.resume_from or s.init_checkpoint)
+        task.finish(s, p, step, result, log, out)
     return result
+
+
+def plan(s: JobSettings, task, dist, out) -> Plan:
+    """The steps every task's run takes before a model exists, in order: the checkpoint to
+    continue, the model files (task.model_files), the output directory, the update (task.update,
+    continuing the checkpoint's global batch and data position), the task's data
+    (task.prepare); then the resolved settings printed and written to resolved_config.json (a
+    run without --do_train keeps the training run's record there) with the model files beside
+    them."""
+    from training.checkpointing import latest_checkpoint, write_model_files
+
+    resume_from = latest_checkpoint(s.output_dir)
+    config, vocab_file = task.model_files(s, resume_from)
+    if dist.is_chief:
+        ensure_writable_dir(s.output_dir)
+    update, start = task.update(s, dist.size), 0
+    if s.do_train:
+        update, start = continue_update(update, resume_from, out)
+    p = Plan(
+        config=config, vocab_file=vocab_file, update=update, start_sequence=start, resume_from=resume_from
+    )
+    prepared = task.prepare(s, p, dist, out)
+    p.data, p.steps, p.warmup = prepared.data, prepared.steps, prepared.warmup
+    p.resolved = {
+        **dataclasses.asdict(s),
+        "vocab_file": vocab_file,
+        **update.describe(),
+        "bin_size": bin_size_of(s),
+        "resume_from": resume_from,
+        "start_sequence": start,
+        **prepared.resolved,
+    }
+    if dist.is_chief:
+        path = os.path.join(s.output_dir, RESOLVED_CONFIG_NAME)
+        report(task.title, p.resolved, out, path if s.do_train or not os.path.exists(path) else None)
+        write_model_files(config, vocab_file, s.output_dir)
+    return p
+
+
+def check_model_files(config, vocab_file: str | None, max_seq_length: int, config_source: str) -> None:
+    """UserError (or BertError) when the vocab does not fit the config's embedding table, or
+    --max_seq_length exceeds its position table."""
+    from bert.checkpoints import check_vocab_size
+    from bert.tokenization import load_vocab
+
+    if vocab_file:
+        check_vocab_size(config, len(load_vocab(vocab_file)), vocab_file)
+    if max_seq_length > config.max_position_embeddings:
+        raise UserError(
+            f"--max_seq_length={max_seq_length} exceeds the model's max_position_embeddings="
+            f"{config.max_position_embeddings} ({config_source})."
+        )
 
 
 def _build_step(s: JobSettings, task, plan: Plan, dist, out):

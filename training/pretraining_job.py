@@ -21,14 +21,13 @@ same command then ends with the same weights whether or not it was interrupted.
 from __future__ import annotations
 
 import dataclasses
-import os
 
 from common.cli import setting
 from common.errors import UserError
-from common.files import ensure_writable_dir, expand_globs
+from common.files import expand_globs
 from data.pretraining import schema
-from optimization import DECAY_POWER
 from training import job
+from training.task import Prepared, Task
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -91,73 +90,21 @@ def _check_masking(s: PretrainingSettings, layout, files) -> None:
         )
 
 
-def _load_config(s: PretrainingSettings):
-    from bert.checkpoints import check_vocab_size
-    from bert.config import read_config_file
-    from bert.tokenization import load_vocab
-
-    config = read_config_file(s.bert_config_file)
-    if s.vocab_file:
-        check_vocab_size(config, len(load_vocab(s.vocab_file)), s.vocab_file)
-    if s.max_seq_length > config.max_position_embeddings:
-        raise UserError(
-            f"--max_seq_length={s.max_seq_length} exceeds max_position_embeddings="
-            f"{config.max_position_embeddings} of {s.bert_config_file}."
-        )
-    return config
-
-
 def update_of(s: PretrainingSettings, workers: int) -> job.Update:
-    """The update `s` asks for on `workers` workers."""
+    """The update `s` asks for on `workers` workers (LAMB's or Adam's own decay)."""
     return job.Update(
         s.train_batch_size, s.num_accumulation_steps, s.learning_rate, workers, s.optimizer_type
     )
 
 
-def resolve(
-    s: PretrainingSettings,
-    update: job.Update,
-    *,
-    resume_from: str | None,
-    init_checkpoint_step: int | None,
-    train_files=(),
-    eval_files=(),
-    start_sequence: int = 0,
-    layout=None,
-) -> dict:
-    """The settings as they will run: every flag plus what follows from them (`update`: the
-    update on this run's workers, continuing resume_from's when there is one; `layout`: the
-    training records', data/pretraining/schema.py)."""
-    resolved = dataclasses.asdict(s)
-    if layout is not None:
-        resolved["masking"] = layout.describe()
-        resolved["masked_lm_prob"] = masked_lm_prob_of(s) if layout.masking == schema.DYNAMIC else None
-    resolved.update(
-        {
-            **update.describe(),
-            "learning_rate_decay_power": DECAY_POWER[s.optimizer_type],
-            "sequences_to_train": update.global_batch_size * s.num_train_steps if s.do_train else 0,
-            "num_train_files": len(train_files),
-            "num_eval_files": len(eval_files),
-            "bin_size": job.bin_size_of(s),
-            "resume_from": resume_from,
-            "start_sequence": start_sequence,
-            "init_checkpoint_step": init_checkpoint_step,
-        }
-    )
-    if resume_from:
-        resolved["init_checkpoint_ignored"] = bool(s.init_checkpoint)
-    return resolved
-
-
-@dataclasses.dataclass(kw_only=True)
-class PretrainingPlan(job.Plan):
-    """The job's plan with pretraining's data: this worker's training records from the data
-    order's start, rank 0's evaluation records."""
+@dataclasses.dataclass(frozen=True)
+class PretrainingData:
+    """Pretraining's plan.data: this worker's training records from the data order's start,
+    rank 0's evaluation records."""
 
     train_files: list
-    train_data: object  # this worker's tf.data.Dataset, or None without --do_train
-    eval_data: object  # rank 0's, or None
+    train: object  # this worker's tf.data.Dataset, or None without --do_train
+    eval: object  # rank 0's, or None
     init_step: int | None  # of --init_checkpoint, for a new output_dir
 
 
@@ -186,93 +133,13 @@ def _record_counts(files: list, dist, out) -> list[int]:
     return [int(c) for c in counts]
 
 
-def _plan(s: PretrainingSettings, dist, out) -> PretrainingPlan:
-    """Steps 1 and 2: config, vocab, globs, records, the checkpoint to continue (its global batch
-    and data position); then the resolved settings reported."""
-    from bert.checkpoints import global_step_of
-    from training.checkpointing import latest_checkpoint, write_model_files
-    from training.input_pipeline import check_files, evaluation_dataset, training_dataset
-
-    config = _load_config(s)
-    train_files = expand_globs(s.input_files, "training files", source="--input_files") if s.do_train else []
-    eval_files = expand_globs(s.eval_files, "evaluation files", source="--eval_files") if s.do_eval else []
-    shapes = (s.max_seq_length, s.max_predictions_per_seq)
-    if dist.is_chief:
-        ensure_writable_dir(s.output_dir)
-    resume_from = latest_checkpoint(s.output_dir)
-    update, start = update_of(s, dist.size), 0
-    if s.do_train:
-        update, start = job.continue_update(update, resume_from, out)
-    train_data = eval_data = layout = None
-    if s.do_train:
-        layout = check_files(train_files, *shapes)
-        _check_masking(s, layout, train_files)
-        train_data = training_dataset(
-            train_files,
-            s.train_batch_size,
-            *shapes,
-            num_workers=dist.size,
-            worker_index=dist.rank,
-            start=start,
-            seed=s.seed,
-            window=s.shuffle_buffer,
-            count=lambda files: _record_counts(files, dist, out),
-            accumulation=update.accumulation_steps,
-            bin_size=job.bin_size_of(s),
-            masked_lm_prob=masked_lm_prob_of(s),
-            layout=layout,
-        )
-    if s.do_eval and dist.is_chief:
-        eval_layout = check_files(eval_files, *shapes)
-        if not s.do_train:
-            _check_masking(s, eval_layout, eval_files)
-        eval_data = evaluation_dataset(
-            eval_files,
-            s.eval_batch_size,
-            *shapes,
-            bin_size=job.bin_size_of(s),
-            max_batches=s.max_eval_steps,
-            masked_lm_prob=masked_lm_prob_of(s),
-            seed=s.seed,
-            layout=eval_layout,
-        )
-    init_step = global_step_of(s.init_checkpoint) if s.init_checkpoint and not resume_from else None
-    resolved = resolve(
-        s,
-        update,
-        resume_from=resume_from,
-        init_checkpoint_step=init_step,
-        train_files=train_files,
-        eval_files=eval_files,
-        start_sequence=start,
-        layout=layout,
-    )
-    if dist.is_chief:
-        job.report("pretraining", resolved, out, os.path.join(s.output_dir, job.RESOLVED_CONFIG_NAME))
-        write_model_files(config, s.vocab_file, s.output_dir)
-    return PretrainingPlan(
-        config=config,
-        update=update,
-        start_sequence=start,
-        steps=s.num_train_steps if s.do_train else 0,
-        warmup=s.num_warmup_steps,
-        resume_from=resume_from,
-        resolved=resolved,
-        train_files=train_files,
-        train_data=train_data,
-        eval_data=eval_data,
-        init_step=init_step,
-    )
-
-
-class PretrainingTask:
+class PretrainingTask(Task):
     """Pretraining (masked LM + next sentence prediction on TFRecords) for training.job.run."""
+
+    title = "pretraining"
 
     def validate_settings(self, s: PretrainingSettings) -> None:
         validate(s)
-
-    def plan(self, s: PretrainingSettings, dist, out) -> PretrainingPlan:
-        return _plan(s, dist, out)
 
     @property
     def objective(self):
@@ -280,12 +147,89 @@ class PretrainingTask:
 
         return PretrainingObjective()
 
+    def model_files(self, s: PretrainingSettings, resume_from):
+        from bert.config import read_config_file
+
+        config = read_config_file(s.bert_config_file)
+        job.check_model_files(config, s.vocab_file, s.max_seq_length, s.bert_config_file)
+        return config, s.vocab_file
+
+    def update(self, s: PretrainingSettings, workers: int) -> job.Update:
+        return update_of(s, workers)
+
+    def prepare(self, s: PretrainingSettings, plan: job.Plan, dist, out) -> Prepared:
+        """Every glob matches files, each worker's files hold records of this max_seq_length /
+        max_predictions_per_seq and of one layout; this worker's training data from the plan's
+        start, rank 0's evaluation data."""
+        from bert.checkpoints import global_step_of
+        from training.input_pipeline import check_files, evaluation_dataset, training_dataset
+
+        train_files = (
+            expand_globs(s.input_files, "training files", source="--input_files") if s.do_train else []
+        )
+        eval_files = (
+            expand_globs(s.eval_files, "evaluation files", source="--eval_files") if s.do_eval else []
+        )
+        shapes = (s.max_seq_length, s.max_predictions_per_seq)
+        train_data = eval_data = layout = None
+        if s.do_train:
+            layout = check_files(train_files, *shapes)
+            _check_masking(s, layout, train_files)
+            train_data = training_dataset(
+                train_files,
+                s.train_batch_size,
+                *shapes,
+                num_workers=dist.size,
+                worker_index=dist.rank,
+                start=plan.start_sequence,
+                seed=s.seed,
+                window=s.shuffle_buffer,
+                count=lambda files: _record_counts(files, dist, out),
+                accumulation=plan.update.accumulation_steps,
+                bin_size=job.bin_size_of(s),
+                masked_lm_prob=masked_lm_prob_of(s),
+                layout=layout,
+            )
+        if s.do_eval and dist.is_chief:
+            eval_layout = check_files(eval_files, *shapes)
+            if not s.do_train:
+                _check_masking(s, eval_layout, eval_files)
+            eval_data = evaluation_dataset(
+                eval_files,
+                s.eval_batch_size,
+                *shapes,
+                bin_size=job.bin_size_of(s),
+                max_batches=s.max_eval_steps,
+                masked_lm_prob=masked_lm_prob_of(s),
+                seed=s.seed,
+                layout=eval_layout,
+            )
+        init_step = global_step_of(s.init_checkpoint) if s.init_checkpoint and not plan.resume_from else None
+        resolved = {
+            "learning_rate_decay_power": plan.update.power,
+            "sequences_to_train": plan.update.global_batch_size * s.num_train_steps if s.do_train else 0,
+            "num_train_files": len(train_files),
+            "num_eval_files": len(eval_files),
+            "init_checkpoint_step": init_step,
+        }
+        if layout is not None:
+            resolved["masking"] = layout.describe()
+            resolved["masked_lm_prob"] = masked_lm_prob_of(s) if layout.masking == schema.DYNAMIC else None
+        if plan.resume_from:
+            resolved["init_checkpoint_ignored"] = bool(s.init_checkpoint)
+        return Prepared(
+            PretrainingData(train_files, train_data, eval_data, init_step),
+            steps=s.num_train_steps if s.do_train else 0,
+            warmup=s.num_warmup_steps,
+            resolved=resolved,
+        )
+
     def build_model(self, config, dtype):
         from bert.pretraining import BertPretrainer
 
         return BertPretrainer(config, dtype=dtype)
 
-    def initialise(self, model, s: PretrainingSettings, plan: PretrainingPlan, out) -> None:
+    def initialise(self, model, s: PretrainingSettings, plan: job.Plan, out) -> None:
         """Every layer and both heads from --init_checkpoint in a new output_dir."""
         from bert.checkpoints import load_weights
 
@@ -298,45 +242,40 @@ class PretrainingTask:
             print(f"Resuming from {plan.resume_from}{where}", file=out)
         elif s.init_checkpoint:
             load_weights(model, s.init_checkpoint)
+            init_step = plan.data.init_step
             print(
                 f"Initialised every layer and both heads from {s.init_checkpoint}"
                 + (
-                    f" (its step {plan.init_step}); the optimizer and step start at 0."
-                    if plan.init_step is not None
+                    f" (its step {init_step}); the optimizer and step start at 0."
+                    if init_step is not None
                     else "."
                 ),
                 file=out,
             )
 
-    def training_batches(self, s: PretrainingSettings, plan: PretrainingPlan, dist):
+    def training_batches(self, s: PretrainingSettings, plan: job.Plan, dist):
         from training.input_pipeline import naming_corrupt_files
 
-        return naming_corrupt_files(iter(plan.train_data), plan.train_files)
+        return naming_corrupt_files(iter(plan.data.train), plan.data.train_files)
 
-    def resumed(self, plan: PretrainingPlan, start: int, out) -> None:
+    def resumed(self, plan: job.Plan, start: int, out) -> None:
         if start >= plan.steps:
             print(
                 f"{plan.resume_from} is already at step {start} of {plan.steps}; nothing to train.", file=out
             )
 
-    def periodic(self, s, plan, step, log, out):
-        return None
-
-    def loaded(self, plan: PretrainingPlan, out) -> None:
-        pass
-
     def result_fields(self) -> dict:
         return {"eval": None}
 
-    def finish(self, s: PretrainingSettings, plan: PretrainingPlan, step, result: dict, log, out) -> None:
+    def finish(self, s: PretrainingSettings, plan: job.Plan, step, result: dict, log, out) -> None:
         """Rank 0 alone (the other workers are done): --eval_files' metrics, eval_results.json."""
-        if plan.eval_data is None:
+        if plan.data.eval is None:
             return
         from training import loop
 
         results = loop.evaluate(
             step,
-            plan.eval_data,
+            plan.data.eval,
             max_batches=s.max_eval_steps,
             output_dir=s.output_dir,
             global_step=result["step"],

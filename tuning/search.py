@@ -52,10 +52,6 @@ from tuning.report import best_complete, report
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SAMPLERS = ("tpe", "random")
 PRUNERS = ("median", "halving", "none")
-SQUAD_METRICS = {
-    False: ("f1", "exact_match"),
-    True: ("f1", "exact", "best_f1", "best_exact", "HasAns_f1", "HasAns_exact", "NoAns_f1", "NoAns_exact"),
-}
 STORAGE_FILE = "study.db"
 # A worker whose trials fail this many times in a row stops: the cause is the setup, not the draw.
 MAX_FAILURES_IN_A_ROW = 3
@@ -63,28 +59,6 @@ MAX_FAILURES_IN_A_ROW = 3
 
 class TrialFailed(Exception):
     """A trial's fine-tuning run exited with an error (the study records it as failed)."""
-
-
-# --- the task and its metric ---------------------------------------------------------------
-
-
-def task_metrics(task_name: str, version_2_with_negative: bool = False) -> tuple[str, ...]:
-    """The official dev metrics of a task (the first is the default to maximise): SQuAD's
-    evaluation script's keys, GLUE's per-task metrics."""
-    if is_squad(task_name):
-        return SQUAD_METRICS[version_2_with_negative or task_name.strip().lower() == "squad2"]
-    from data.glue import TASKS, get_task
-
-    try:
-        return tuple(get_task(task_name).metrics)
-    except UserError:
-        raise UserError(
-            f"Unknown --task_name {task_name!r}; choose SQuAD or a GLUE task ({', '.join(TASKS)})."
-        ) from None
-
-
-def is_squad(task_name: str) -> bool:
-    return task_name.strip().lower() in ("squad", "squad1", "squad2")
 
 
 # --- settings ------------------------------------------------------------------------------
@@ -120,7 +94,9 @@ class TuneSettings:
 
 def validate(s: TuneSettings) -> str:
     """UserError naming the first setting that cannot work; returns the metric to maximise."""
-    metrics = task_metrics(s.task_name, s.version_2_with_negative)
+    from training import tasks
+
+    metrics = tasks.find(s.task_name).metrics(s.task_name, s.version_2_with_negative)
     metric = s.metric or metrics[0]
     if metric not in metrics:
         raise UserError(
@@ -330,7 +306,9 @@ def trial_command(s: TuneSettings, params: dict, trial_dir: str) -> list[str]:
     <the study's trial flags> <the trial's parameters> --output_dir --do_train --do_eval
     --eval_every_n_steps. Several GPUs start through `trial_prefix`, which run_tune.py takes from
     the launcher engine, so trials start as the fine-tuning launchers start their workers."""
-    entry = os.path.join(ROOT, "run_squad.py" if is_squad(s.task_name) else "run_classifier.py")
+    from training import tasks
+
+    entry = os.path.join(ROOT, tasks.find(s.task_name).entry_point)
     launch = list(s.trial_prefix) or [sys.executable]
     flags = [
         f"--{name}={value!r}" if isinstance(value, float) else f"--{name}={value}"
