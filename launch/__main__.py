@@ -1,7 +1,9 @@
-"""`python -m launch plan LAUNCHER PLAN_FILE PYTHON ARGS...`: what scripts/launch.sh calls for
-every launcher; `verify DIR STEPS WAIT_S`, `report SCRIPT OUTPUT_DIR SINCE` and `quickstart STEP
-...` are steps a plan may hold (phase 1's final checkpoint before phase 2; the metrics a
-fine-tuning wrote; the quickstart's stages, evaluations and closing table, launch/quickstart.py)."""
+"""`python -m launch run LAUNCHER ARGS...`: what every scripts/ launcher execs (launch/runner.py:
+plan in a child, then run the steps, relaying preemption notices). `plan LAUNCHER PLAN_FILE PYTHON
+ARGS...` is that child; `verify DIR STEPS WAIT_S` and `report SCRIPT OUTPUT_DIR SINCE` are steps a
+plan may hold (phase 1's final checkpoint before phase 2; the metrics a fine-tuning wrote);
+`requeue COMMAND...` is scripts/run.sub's relay (run COMMAND, requeue the SLURM job on a
+preemption)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import sys
 
 from common.errors import UserError
 from common.tensorflow_startup import quiet_startup
-from launch import data, glue, pretraining, quickstart, squad, tune
+from launch import data, glue, pretraining, quickstart, runner, squad, tune
 from launch.engine import plan_launch, usage_line
 from launch.workers import UsageError
 
@@ -29,8 +31,9 @@ LAUNCHERS = {
 }
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 USAGE = (
-    "usage: python -m launch plan LAUNCHER PLAN_FILE PYTHON ARGS... | verify DIR STEPS WAIT_S | "
-    f"report SCRIPT OUTPUT_DIR SINCE | quickstart {quickstart.STEPS}   (LAUNCHER: {', '.join(LAUNCHERS)})"
+    "usage: python -m launch run LAUNCHER ARGS... | plan LAUNCHER PLAN_FILE PYTHON ARGS... | "
+    "verify DIR STEPS WAIT_S | report SCRIPT OUTPUT_DIR SINCE | requeue COMMAND...   "
+    f"(LAUNCHER: {', '.join(LAUNCHERS)})"
 )
 
 
@@ -41,8 +44,11 @@ def main(argv=None, environ=None, out=None) -> int:
     out = out or sys.stdout
     command = argv[0] if argv else ""
     script = f"{argv[1]}.sh" if command == "plan" and len(argv) > 1 else "launch"
-    if command == "quickstart":
-        script = "quickstart.sh"
+    if command == "run" and len(argv) >= 2 and argv[1] in LAUNCHERS:
+        # The plan's Python steps run with the launcher's python (scripts/find_python.sh's rule).
+        return runner.launch(argv[1], argv[2:], environ.get("BERT_PYTHON") or sys.executable)
+    if command == "requeue" and len(argv) >= 2:
+        return runner.requeue(argv[1:], environ.get("SLURM_JOB_ID", ""))
     try:
         if command == "plan" and len(argv) >= 4 and argv[1] in LAUNCHERS:
             launcher = LAUNCHERS[argv[1]]
@@ -59,10 +65,6 @@ def main(argv=None, environ=None, out=None) -> int:
             from launch.finetuning import report
 
             return report(argv[1], argv[2], float(argv[3]), out)
-        if command == "quickstart":
-            status = quickstart.step(argv[1:], out)
-            if status is not None:
-                return status
     except UserError as e:
         print(f"{script}: error: {e}", file=sys.stderr)
         return 2

@@ -1,6 +1,6 @@
 """The launcher engine: a launcher is a table of settings (`Launcher`); `plan_launch` parses what
 the user typed, checks it, prints the usage or the resolved settings, asks the launcher for its
-commands, checks its inputs and writes the plan file the bash launcher runs.
+commands, checks its inputs and writes the steps that launch/runner.py runs.
 
 A problem with an argument raises UsageError (printed with the usage line, exit 2); a problem
 with an input (a missing file) raises UserError (one sentence, exit 2). Everything here is plain
@@ -469,18 +469,35 @@ def summary(launch: Launch, plan: Plan) -> str:
     return "\n".join(lines)
 
 
-def plan_text(script: str, steps, done: str) -> str:
-    """The plan as bash: STEPS=N, STEP_i=(argv...), STEP_i_BANNER, STEP_i_FAILURE, STEP_i_STOP, DONE."""
-    out = [f"STEPS={len(steps)}"]
-    for i, step in enumerate(steps, 1):
-        out.append(f"STEP_{i}=({' '.join(shlex.quote(str(a)) for a in step.argv)})")
-        out.append(f"STEP_{i}_BANNER={shlex.quote(f'{script}: {step.banner}' if step.banner else '')}")
-        out.append(
-            f"STEP_{i}_FAILURE={shlex.quote(f'{script}: error: {step.failure}' if step.failure else '')}"
-        )
-        out.append(f"STEP_{i}_STOP={shlex.quote(step.stop_file)}")
-    out.append(f"DONE={shlex.quote(f'{script}: {done}' if done else '')}")
-    return "\n".join(out) + "\n"
+def write_steps(path: str, script: str, steps, done: str) -> None:
+    """The plan for the launcher process (launch/runner.py) to run, as JSON: each step's argv,
+    banner and failure message (prefixed with the script's name) and STOP file, then DONE."""
+    import json
+
+    from common.files import write_text
+
+    plan = {
+        "steps": [
+            {
+                "argv": [str(a) for a in step.argv],
+                "banner": f"{script}: {step.banner}" if step.banner else "",
+                "failure": f"{script}: error: {step.failure}" if step.failure else "",
+                "stop_file": step.stop_file,
+            }
+            for step in steps
+        ],
+        "done": f"{script}: {done}" if done else "",
+    }
+    write_text(path, json.dumps(plan, indent=1) + "\n")
+
+
+def read_steps(path: str) -> tuple:
+    """([Step], done) of a plan `write_steps` wrote."""
+    import json
+
+    with open(path, encoding="utf-8") as f:
+        plan = json.load(f)
+    return [Step(**step) for step in plan["steps"]], plan["done"]
 
 
 def models_in(repo_root: str) -> list:
@@ -496,7 +513,8 @@ def plan_launch(
     launcher: Launcher, script: str, plan_file: str, args, environ: dict, repo_root: str, python: str, out
 ) -> int:
     """Resolves and checks `args`, prints the settings and the commands, checks the inputs (not
-    with --dry_run) and writes the plan file; raises UsageError / UserError."""
+    with --dry_run) and writes the steps to `plan_file` (write_steps; none with --help or
+    --dry_run); raises UsageError / UserError."""
     models = models_in(repo_root)
     presets = presets_dir(repo_root, launcher)
     request = parse_arguments(launcher, args)
@@ -516,10 +534,7 @@ def plan_launch(
     if request.dry_run:
         say("dry run: nothing checked or started.")
         return 0
-    steps = plan.prepare(say)
-    from common.files import write_text
-
-    write_text(plan_file, plan_text(script, steps, plan.done))
+    write_steps(plan_file, script, plan.prepare(say), plan.done)
     return 0
 
 

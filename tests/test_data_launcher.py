@@ -16,7 +16,7 @@ import pytest
 from conftest import LAUNCH_ENV
 from data import paths
 from launch.__main__ import LAUNCHERS, main
-from launch.engine import plan_launch
+from launch.engine import plan_launch, read_steps
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PYTHON = "/nonexistent/bin/python"
@@ -54,17 +54,9 @@ def settings_of(text: str) -> dict:
 
 
 def plan_steps(plan_file: str) -> list:
-    """[(argv, banner, failure)] of a plan file (STEP_i=(...), STEP_i_BANNER=..., STEP_i_FAILURE=...)."""
-    with open(plan_file) as f:
-        values = dict(line.split("=", 1) for line in f.read().splitlines())
-    return [
-        (
-            shlex.split(values[f"STEP_{i}"][1:-1]),
-            shlex.split(values[f"STEP_{i}_BANNER"])[0] if shlex.split(values[f"STEP_{i}_BANNER"]) else "",
-            shlex.split(values[f"STEP_{i}_FAILURE"])[0] if shlex.split(values[f"STEP_{i}_FAILURE"]) else "",
-        )
-        for i in range(1, int(values["STEPS"]) + 1)
-    ] + [("DONE", shlex.split(values["DONE"])[0], "")]
+    """[(argv, banner, failure)] of the plan's steps, then ("DONE", the done line, "")."""
+    steps, done = read_steps(plan_file)
+    return [(step.argv, step.banner, step.failure) for step in steps] + [("DONE", done, "")]
 
 
 def test_the_dry_run_of_all_lists_the_prepare_data_commands_the_script_ran_before(tmp_path):

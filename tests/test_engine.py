@@ -446,8 +446,8 @@ def test_workers_start_through_horovodrun_and_a_rank_above_0_prints_nothing(repo
     environ = {"OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_RANK": "1"}
     status, out, plan_file, prepared = run(repo, "--num_gpus=2", environ=environ)
     assert status == 0 and out == "" and len(prepared) == 1
-    steps = read_plan(plan_file)
-    assert steps["STEP_1"][:2] == [PYTHON, os.path.join(repo, ENTRY)]
+    steps, _ = engine.read_steps(plan_file)
+    assert steps[0].argv[:2] == [PYTHON, os.path.join(repo, ENTRY)]
     with pytest.raises(UsageError, match=r"^num_gpus=2 but 4 worker processes were started"):
         run(repo, "--num_gpus=2", environ={"OMPI_COMM_WORLD_SIZE": "4"})
 
@@ -591,20 +591,7 @@ def test_a_urls_password_is_never_printed():
     assert engine.shown(["--url=http://host/x:y@z"]) == "--url=http://host/x:y@z"  # no user: nothing hidden
 
 
-# ---- the plan file ---------------------------------------------------------------------------
-
-
-def read_plan(path) -> dict:
-    """The plan file's assignments as Python values: arrays as lists, scalars as strings."""
-    values = {}
-    with open(path) as f:
-        for line in f.read().splitlines():
-            name, _, value = line.partition("=")
-            if value.startswith("(") and value.endswith(")"):
-                values[name] = shlex.split(value[1:-1])
-            else:
-                (values[name],) = shlex.split(value) or [""]
-    return values
+# ---- the plan the launcher process runs ------------------------------------------------------
 
 
 def test_the_plan_file_holds_each_step_its_messages_and_the_end(repo):
@@ -613,27 +600,21 @@ def test_the_plan_file_holds_each_step_its_messages_and_the_end(repo):
     lines = out.splitlines()
     assert lines.index("checking inputs") > lines.index("command:")  # inputs checked after the summary
     command = shlex.split(lines[lines.index("command:") + 1])
-    plan = read_plan(plan_file)
-    assert plan == {
-        "STEPS": "2",
-        "STEP_1": command,
-        "STEP_1_BANNER": "toy.sh: training",
-        "STEP_1_FAILURE": "toy.sh: error: training stopped ({status})",
-        "STEP_1_STOP": "/r/STOP",
-        "STEP_2": ["echo", "it's done"],
-        "STEP_2_BANNER": "",
-        "STEP_2_FAILURE": "",
-        "STEP_2_STOP": "",
-        "DONE": "toy.sh: finished",
-    }
-    assert "--data_dir=/it's here" in plan["STEP_1"]  # quoted for bash, read back whole
+    steps, done = engine.read_steps(plan_file)
+    assert steps == [
+        Step(command, "toy.sh: training", "toy.sh: error: training stopped ({status})", "/r/STOP"),
+        Step(["echo", "it's done"]),
+    ]
+    assert done == "toy.sh: finished"
+    assert "--data_dir=/it's here" in steps[0].argv  # read back whole
 
 
-def test_plan_text_without_steps_or_done():
-    assert engine.plan_text(SCRIPT, [], "") == "STEPS=0\nDONE=''\n"
-    assert engine.plan_text(SCRIPT, [Step([1, "a b"])], "") == (
-        "STEPS=1\nSTEP_1=(1 'a b')\nSTEP_1_BANNER=''\nSTEP_1_FAILURE=''\nSTEP_1_STOP=''\nDONE=''\n"
-    )
+def test_a_plan_without_steps_or_done_reads_back_as_written(tmp_path):
+    path = str(tmp_path / "plan")
+    engine.write_steps(path, SCRIPT, [], "")
+    assert engine.read_steps(path) == ([], "")
+    engine.write_steps(path, SCRIPT, [Step([1, "a b"])], "")
+    assert engine.read_steps(path) == ([Step(["1", "a b"])], "")
 
 
 def test_models_are_the_configs_bert_json_files(repo):

@@ -457,6 +457,33 @@ def test_both_phases_run_in_order_and_a_rerun_skips_them(workspace):
 
 
 @pytest.mark.slow  # checking the records imports TensorFlow (seconds)
+def test_tensorflow_stays_out_of_the_launcher_process(workspace):
+    """The input checks read a record (TensorFlow) in the planning child; the launcher process,
+    which lives as long as the phases, runs them without importing it."""
+    tmp_path, env = workspace
+    full_env = {k: v for k, v in os.environ.items() if k not in LAUNCH_ENV and not k.startswith("SLURM_")}
+    launcher = (
+        "import sys\n"
+        "from launch.__main__ import main\n"
+        "status = main(['run', 'run_pretraining_lamb', '--preset', 'cpu_tiny'])\n"
+        "print('tensorflow in the launcher:', 'tensorflow' in sys.modules)\n"
+        "sys.exit(status)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", launcher],
+        env={**full_env, **env, "PYTHONPATH": ROOT},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "phase 1 training: 1 file(s) of seq 128 / 20 predictions" in result.stdout  # a record was read
+    assert len(_runs(tmp_path)) == 2
+    assert result.stdout.splitlines()[-1] == "tensorflow in the launcher: False"
+
+
+@pytest.mark.slow  # checking the records imports TensorFlow (seconds)
 def test_phase_2_starts_only_from_phase_1s_final_checkpoint(workspace):
     tmp_path, env = workspace
     failed = launch("--preset", "cpu_tiny", env={**env, "FAKE_STATUS": "3"})

@@ -1,0 +1,1 @@
+"""Small programs the launchers' plans run that are not launchers themselves."""
