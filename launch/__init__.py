@@ -3,9 +3,11 @@
 the commands to run.
 
     bash scripts/run_squad.sh 24 5e-6 fp16 true 8 --epochs=3 --preset my_cluster -- --seed=7
-      -> python -m launch plan run_squad ...      (launch/__main__.py)
-      -> parse -> check -> usage -> resolved summary -> plan -> input checks -> a plan file
-      -> the bash launcher runs the plan's steps in order
+      -> exec python -m launch run run_squad ...   (scripts/launch.sh; launch/runner.py)
+      -> a child, python -m launch plan run_squad ...: parse -> check -> usage -> resolved
+         summary -> plan -> input checks (TensorFlow, when a record is read, stays in this child)
+      -> the launcher process runs the plan's steps in order, each a child process, and relays
+         preemption notices (SIGTERM, SIGUSR1, SIGINT) to them
 
 One precedence for every launcher and setting:
 

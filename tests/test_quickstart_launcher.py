@@ -22,7 +22,7 @@ STEP = [PYTHON, "-m", "tools.quickstart"]
 
 
 def plan(tmp_path, *args, environ=None):
-    """(exit status, printed text, the plan file's path) of one `python -m launch plan quickstart`."""
+    """(exit status, printed text, the plan's path) of one `python -m launch plan quickstart`."""
     out = io.StringIO()
     plan_file = str(tmp_path / "quickstart.plan")
     status = plan_launch(
