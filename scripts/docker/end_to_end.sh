@@ -27,7 +27,7 @@ VOCAB_FILE="${data}/vocab/python_docs/vocab.txt"
 BERT_CONFIG="${results}/bert_config.json"
 mkdir -p "${results}"
 # bert_tiny with the trained vocab's size, as the quickstart writes it (its `config` step).
-python -m launch quickstart config configs/bert_tiny.json "${VOCAB_FILE}" "${BERT_CONFIG}"
+python -m tools.quickstart config configs/bert_tiny.json "${VOCAB_FILE}" "${BERT_CONFIG}"
 export PHASE1_DATA PHASE2_DATA VOCAB_FILE BERT_CONFIG RESULTS_DIR="${results}"
 
 say "pretraining, phase 1 then phase 2, 2 workers (horovodrun)"
