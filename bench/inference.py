@@ -7,9 +7,9 @@ requests (tracing, first-call allocation) are excluded. Each row reports sequenc
 latency percentiles p50 / p90 / p99 / max over the timed requests; `keras` rows time the in-memory
 model under tf.function (XLA on) for comparison with the SavedModel path.
 
-    .venv/bin/python bench/inference.py                      # base, seq 128 (GLUE) and 384 (SQuAD)
-    .venv/bin/python bench/inference.py --quick              # tiny, a few requests
-    .venv/bin/python bench/inference.py --model small --requests 200 --batch_sizes 1,8,32
+    .venv/bin/python -m bench inference                      # base, seq 128 (GLUE) and 384 (SQuAD)
+    .venv/bin/python -m bench inference --quick              # tiny, a few requests
+    .venv/bin/python -m bench inference --model small --requests 200 --batch_sizes 1,8,32
 
 Random weights: latency does not depend on their values. Shared machines vary 2x from one run to
 the next; compare rows of one table.

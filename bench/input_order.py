@@ -1,9 +1,9 @@
 """The pretraining input of one worker: the global data order against the per-worker-files
 pipeline it replaced, side by side, as a table.
 
-    .venv/bin/python bench/input_order.py                    # phases 1 and 2, 1 and 8 workers
-    .venv/bin/python bench/input_order.py --records 2000 --repeats 1   # a quick look
-    .venv/bin/python bench/input_order.py --maskings static               # without unmasked records
+    .venv/bin/python -m bench input_order                    # phases 1 and 2, 1 and 8 workers
+    .venv/bin/python -m bench input_order --records 2000 --repeats 1   # a quick look
+    .venv/bin/python -m bench input_order --maskings static               # without unmasked records
 
 What is measured: sequences per second that worker 0 gets out of its tf.data pipeline (parsed
 micro-batches, as the train step takes them; no model), after a warm-up, for

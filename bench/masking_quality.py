@@ -1,11 +1,11 @@
 """Does dynamic masking train as well as static? Held-out masked-LM accuracy after the quickstart's
 pretraining on statically masked records and on unmasked ones masked as they are read, side by side.
 
-    .venv/bin/python bench/masking_quality.py                     # 600 updates: ~5-8 min on 2 cores
-    .venv/bin/python bench/masking_quality.py --train_steps 2200  # the quickstart's whole budget (~15 min)
-    .venv/bin/python bench/masking_quality.py --seeds 1,2         # two seeds each: the noise
+    .venv/bin/python -m bench masking_quality                     # 600 updates: ~5-8 min on 2 cores
+    .venv/bin/python -m bench masking_quality --train_steps 2200  # the quickstart's whole budget (~15 min)
+    .venv/bin/python -m bench masking_quality --seeds 1,2         # two seeds each: the noise
 
-Both runs are the quickstart's (launch/quickstart.py, scripts/quickstart.sh), through the same
+Both runs are the quickstart's (scripts/quickstart.sh), through the same
 commands:
 - corpus: `prepare_data.py --action download --dataset python_docs --corpus_mb 4` (the installed
   Python's prose);
@@ -13,7 +13,7 @@ commands:
   out) and trained WordPiece vocab (2,048), twice: `--dupe_factor 2` (static, the quickstart's)
   and `--masking dynamic` (each pair once, unmasked; the same pairs as the static records' first
   copy). The second run reuses the formatted text, shards and vocab (their manifests);
-- model: `python -m launch quickstart config` (configs/bert_tiny.json, the trained vocab,
+- model: `python -m tools.quickstart config` (configs/bert_tiny.json, the trained vocab,
   dropout off);
 - pretraining: `scripts/run_pretraining_lamb.sh --preset quickstart` (LAMB, phase 1 seq 128 batch
   32 peak 1e-2, phase 2 seq 512 8 x 4; with --train_steps N the warm-ups shrink as the
@@ -73,8 +73,7 @@ def prepare(work: str, corpus_mb: float) -> str:
         [
             sys.executable,
             "-m",
-            "launch",
-            "quickstart",
+            "tools.quickstart",
             "config",
             os.path.join(ROOT, "configs", "bert_tiny.json"),
         ]

@@ -5,9 +5,9 @@ pretraining loss, tf.GradientTape gradients of every trainable variable, and the
 of those gradients, so the whole backward pass is needed and nothing can be pruned. No
 optimizer update: this measures the model, not the optimizer.
 
-    .venv/bin/python bench/model_throughput.py              # tiny, small, base; ~10-20 min
-    .venv/bin/python bench/model_throughput.py --quick      # smoke run, about a minute
-    .venv/bin/python bench/model_throughput.py --models base --precisions float32 --xla on,off
+    .venv/bin/python -m bench model_throughput              # tiny, small, base; ~10-20 min
+    .venv/bin/python -m bench model_throughput --quick      # smoke run, about a minute
+    .venv/bin/python -m bench model_throughput --models base --precisions float32 --xla on,off
 
 Each combination runs in its own child process: an XLA compile failure on CPU can abort the
 process from C++ rather than raise, and a fresh process also gives every row the same clean

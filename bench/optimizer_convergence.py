@@ -1,7 +1,7 @@
 """Does LAMB keep large-batch training close to small-batch Adam? A table of held-out MLM accuracy.
 
-    .venv/bin/python bench/optimizer_convergence.py                  # ~10-20 min on 2 cores
-    .venv/bin/python bench/optimizer_convergence.py --sequences 16384 # a quick look
+    .venv/bin/python -m bench optimizer_convergence                  # ~10-20 min on 2 cores
+    .venv/bin/python -m bench optimizer_convergence --sequences 16384 # a quick look
 
 Three runs see the same number of training sequences from the same TFRecords:
   (a) Adam (bias-corrected AdamW) at batch 64,

@@ -1,9 +1,9 @@
 """Padding computed or not: sequences/s and real-token fraction for --bin_size 0 / 32 / 64 / 128,
 side by side in one process, interleaved, repeated (training/length_bins.py).
 
-    .venv/bin/python bench/padding.py                       # everything (~20 min on 2 cores)
-    .venv/bin/python bench/padding.py --only pretraining    # or squad, glue
-    .venv/bin/python bench/padding.py --repeats 5 --updates 3 --bins 0,64
+    .venv/bin/python -m bench padding                       # everything (~20 min on 2 cores)
+    .venv/bin/python -m bench padding --only pretraining    # or squad, glue
+    .venv/bin/python -m bench padding --repeats 5 --updates 3 --bins 0,64
 
 Rows:
 - pretraining updates on real records: the quickstart corpus's phase-1 (seq 128) and phase-2 (seq

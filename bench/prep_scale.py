@@ -2,10 +2,10 @@
 each stage timed with 1 and 2 processes, statically masked records (NVIDIA's dupe 5) beside
 unmasked ones (dynamic masking, dupe 1), and a projection of the full English dump on 16 cores.
 
-    .venv/bin/python bench/prep_scale.py --xml_mb 50              # a look (~40 s on 2 cores)
-    .venv/bin/python bench/prep_scale.py --xml_mb 100             # the RSS comparison size (~2.5 min)
-    .venv/bin/python bench/prep_scale.py --xml_mb 1000            # 1 GB (~10 min + 2 to generate)
-    .venv/bin/python bench/prep_scale.py --xml_mb 30 --processes 1,2,4 --cores 32
+    .venv/bin/python -m bench prep_scale --xml_mb 50              # a look (~40 s on 2 cores)
+    .venv/bin/python -m bench prep_scale --xml_mb 100             # the RSS comparison size (~2.5 min)
+    .venv/bin/python -m bench prep_scale --xml_mb 1000            # 1 GB (~10 min + 2 to generate)
+    .venv/bin/python -m bench prep_scale --xml_mb 30 --processes 1,2,4 --cores 32
 
 The dump comes from tests/dump_generator.py (seeded, Wikipedia's multistream layout with its
 index, about enwiki's page mix and compression ratio), generated once per size and seed and cached

@@ -1,9 +1,9 @@
 """Throughput and peak memory of the data-preparation steps, as a table.
 
-    .venv/bin/python bench/prep_throughput.py                 # the 20 MB corpus, every run
-    .venv/bin/python bench/prep_throughput.py --sizes 20,200  # also a 200 MB corpus
-    .venv/bin/python bench/prep_throughput.py --runs create_pretraining_data --sizes 2
-    .venv/bin/python bench/prep_throughput.py --runs native_parts --sizes 20 --repeats 3
+    .venv/bin/python -m bench prep_throughput                 # the 20 MB corpus, every run
+    .venv/bin/python -m bench prep_throughput --sizes 20,200  # also a 200 MB corpus
+    .venv/bin/python -m bench prep_throughput --runs create_pretraining_data --sizes 2
+    .venv/bin/python -m bench prep_throughput --runs native_parts --sizes 20 --repeats 3
 
 The corpus is real English text built offline from this machine's Python installation:
 docstrings of the standard library and site-packages modules and their .rst/.txt/.md

@@ -1,11 +1,11 @@
 """Our whole pretraining update against keras-hub's, side by side, as a markdown table.
 
-    .venv/bin/python bench/pretrain_throughput.py --quick     # smoke run: mini, fp32, XLA, ~2 min
-    .venv/bin/python bench/pretrain_throughput.py             # mini + base, every variant; hours
-    .venv/bin/python bench/pretrain_throughput.py --models base --precisions fp32 --xla on \\
+    .venv/bin/python -m bench pretrain_throughput --quick     # smoke run: mini, fp32, XLA, ~2 min
+    .venv/bin/python -m bench pretrain_throughput             # mini + base, every variant; hours
+    .venv/bin/python -m bench pretrain_throughput --models base --precisions fp32 --xla on \\
         --data synthetic --accumulation 1                     # one headline row pair
-    .venv/bin/python bench/pretrain_throughput.py --seq_lengths 128,512 --horovod_workers 2
-    .venv/bin/python bench/pretrain_throughput.py --baseline HEAD~2,HEAD~1   # levers on/off
+    .venv/bin/python -m bench pretrain_throughput --seq_lengths 128,512 --horovod_workers 2
+    .venv/bin/python -m bench pretrain_throughput --baseline HEAD~2,HEAD~1   # levers on/off
 
 What one measured update is, per stack:
 

@@ -1,8 +1,8 @@
 """Tokenizer and TFRecord-writer throughput of the working tree against an earlier revision, side
 by side: does Google-exact tokenization on every input keep the old speed on ordinary text?
 
-    .venv/bin/python bench/tokenizer_exactness.py                        # quickstart corpus, 5 rounds
-    .venv/bin/python bench/tokenizer_exactness.py --baseline HEAD~1 --corpus_mb 20 --repeats 3
+    .venv/bin/python -m bench tokenizer_exactness                        # quickstart corpus, 5 rounds
+    .venv/bin/python -m bench tokenizer_exactness --baseline HEAD~1 --corpus_mb 20 --repeats 3
 
 The corpus is the quickstart's (data.corpus.stdlib_text: the installed Python's prose, one
 sentence per line, a blank line between documents; 4 MB by default, as scripts/quickstart.sh
