@@ -19,6 +19,7 @@ import time
 
 from common.errors import UserError
 from data import paths as data_paths
+from training.loop import EVAL_RESULTS_NAME
 
 STAGE_TIMES = "stage_times.tsv"  # under --dir: "name<TAB>start time" per stage of the latest run
 EVALUATIONS = ("start_128", "start_512", "final_128", "final_512")
@@ -94,7 +95,7 @@ def write_config(template: str, vocab_file: str, config_file: str) -> None:
 def evaluate(output_dir: str, command: list, out) -> None:
     """Runs an evaluation `command` unless <output_dir>/eval_results.json is there already, showing
     only its result lines (the rest of its stdout is its settings); stderr passes through."""
-    results = os.path.join(output_dir, "eval_results.json")
+    results = os.path.join(output_dir, EVAL_RESULTS_NAME)
     if os.path.isfile(results):
         return
     with subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as process:
@@ -134,13 +135,13 @@ def report(root: str, out, now=None) -> None:
         return counts
 
     acc = {
-        n: read_json(os.path.join(root, "eval", n, "eval_results.json"))["masked_lm_accuracy"]
+        n: read_json(os.path.join(root, "eval", n, EVAL_RESULTS_NAME))["masked_lm_accuracy"]
         for n in EVALUATIONS
     }
     squad = {
-        name: read_json(os.path.join(root, name, "eval_results.json"))
+        name: read_json(os.path.join(root, name, EVAL_RESULTS_NAME))
         for name in FINE_TUNES
-        if os.path.isfile(os.path.join(root, name, "eval_results.json"))
+        if os.path.isfile(os.path.join(root, name, EVAL_RESULTS_NAME))
     }
     corpus = glob.glob(os.path.join(data, "download", data_paths.QUICKSTART_DATASET, "*.txt"))
     with open(at.vocab_file, encoding="utf-8") as f:

@@ -20,9 +20,8 @@ from dataclasses import dataclass, field
 
 from common.errors import UserError
 from common.files import read_json
+from training.loop import EVAL_RESULTS_NAME
 from training.metrics_log import LOG_NAME, read_log
-
-EVAL_RESULTS = "eval_results.json"
 
 # The four panels: (title, y label, log keys drawn as lines, eval keys drawn as markers).
 PANELS = (
@@ -100,7 +99,7 @@ def load_runs(run_dirs: list[str]) -> list[Run]:
             raise UserError(f"{log_path} holds no logged training step yet.")
         offset = runs[-1].end if runs else 0
         evals = [{"step": e["step"], **e["eval"]} for e in entries if isinstance(e.get("eval"), dict)]
-        final_path = os.path.join(run_dir, EVAL_RESULTS)
+        final_path = os.path.join(run_dir, EVAL_RESULTS_NAME)
         if os.path.isfile(final_path):
             final = read_json(final_path, "evaluation results")
             # The end-of-run evaluation; a run that predicted only (no global_step) sits at its end.
