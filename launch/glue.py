@@ -9,6 +9,7 @@ from common.errors import UserError
 from launch import finetuning as ft
 from launch.engine import Launcher, Setting
 from launch.workers import UsageError
+from training import tasks
 
 DOC_STRIDE_NOTE = "note: doc_stride={} is accepted for NVIDIA's argument order and unused"
 
@@ -153,7 +154,7 @@ GLUE_PATHS = (ft.DATA_DIR, ft.GLUE_DIR)
 
 TRAINING = Launcher(
     "run_glue",
-    "run_classifier.py",
+    tasks.GLUE.entry_point,
     (
         "Fine-tunes on a GLUE task's training set, then scores its dev set(s) with the official metrics",
         "and, when the test file is there, writes the submission file (MRPC.tsv, MNLI-m.tsv, ...).",
@@ -188,7 +189,7 @@ TRAINING = Launcher(
 
 INFERENCE = Launcher(
     "run_glue_inference",
-    "run_classifier.py",
+    tasks.GLUE.entry_point,
     (
         "Predicts a GLUE task with a fine-tuned model (no training), in one process: the dev metrics",
         "when the dev file is there, the submission file when the test file is there.",

@@ -7,6 +7,7 @@ import os
 
 from launch import finetuning as ft
 from launch.engine import Launcher, Setting
+from training import tasks
 
 BATCH = "training examples per GPU per step (--train_batch_size)"
 SQUAD_VERSION = Setting("squad_version", "1.1", "choice", "1.1 | 2.0", choices=("1.1", "2.0"))
@@ -123,7 +124,7 @@ def plan_inference(launch):
 
 TRAINING = Launcher(
     "run_squad",
-    "run_squad.py",
+    tasks.SQUAD.entry_point,
     (
         "Fine-tunes on SQuAD's training set, then predicts and scores the dev set (EM, F1).",
         "squad_version 2.0 reads train-v2.0.json / dev-v2.0.json and adds --version_2_with_negative.",
@@ -160,7 +161,7 @@ TRAINING = Launcher(
 
 INFERENCE = Launcher(
     "run_squad_inference",
-    "run_squad.py",
+    tasks.SQUAD.entry_point,
     (
         "Predicts and scores SQuAD's dev set with a fine-tuned model (no training), in one process.",
         "squad_version 2.0 reads dev-v2.0.json and adds --version_2_with_negative.",

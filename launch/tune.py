@@ -8,20 +8,16 @@ import os
 
 from launch import finetuning as ft
 from launch.engine import Launcher, Setting
+from training import tasks
 
-SQUAD_NAMES = {
-    "squad": "SQuAD",
-    "squad1": "SQuAD",
-    "squad1.1": "SQuAD",
-    "squad2": "SQuAD2",
-    "squad2.0": "SQuAD2",
-}
+SQUAD_NAMES = {"1.1": "SQuAD", "2.0": "SQuAD2"}  # the canonical name of each version
 
 
 def tune_task_name(text: str) -> str:
     """SQuAD, SQuAD2 or the canonical GLUE task name; ValueError(rule) otherwise."""
-    if text.lower() in SQUAD_NAMES:
-        return SQUAD_NAMES[text.lower()]
+    version = tasks.squad_version(text)
+    if version:
+        return SQUAD_NAMES[version]
     try:
         return ft.glue_task_name(text)
     except ValueError as e:
@@ -31,7 +27,8 @@ def tune_task_name(text: str) -> str:
 def plan(launch):
     t = launch.text
     task = t["task_name"]
-    squad_version = {"SQuAD": "1.1", "SQuAD2": "2.0"}.get(task)
+    kind = tasks.find(task)
+    squad_version = tasks.squad_version(task)
     launch.default("seq_length", "384" if squad_version else "128", "SQuAD's" if squad_version else "GLUE's")
     root, results = ft.common_paths(launch)
     ft.resolve_bert_dir(launch, root, results)
@@ -49,7 +46,7 @@ def plan(launch):
         flags.append(("predict_file", inputs[1], "squad_dir"))
         if v == "2.0":
             flags.append(("version_2_with_negative", "true", "task_name"))
-        entry, env = "run_squad.py", "SQUAD_DIR"
+        env = "SQUAD_DIR"
     else:
         from data.glue import get_task
         from launch.glue import split_files
@@ -60,7 +57,7 @@ def plan(launch):
         files = split_files(task_dir, glue_task)
         inputs = [f for s, f in files.items() if s == "train" or s.startswith("dev")]
         flags = [("task_name", task, "task_name"), ("data_dir", task_dir, "glue_dir")]
-        entry, env = "run_classifier.py", "GLUE_DIR"
+        env = "GLUE_DIR"
     flags += [
         ("bert_config_file", launch.paths["bert_config"][0], "bert_config"),
         ("vocab_file", launch.paths["vocab_file"][0], "vocab_file"),
@@ -75,7 +72,7 @@ def plan(launch):
     if launch.environ.get("LAUNCHER_ARGS"):
         flags.append(("launcher_args", launch.environ["LAUNCHER_ARGS"], "num_gpu"))
     command = launch.command(flags)
-    notes = [f"each trial: {entry} on", "  " + " ".join(inputs)]
+    notes = [f"each trial: {kind.entry_point} on", "  " + " ".join(inputs)]
     if os.path.isfile(os.path.join(out, "study.db")):
         notes.append("note: output_dir holds a study (study.db): this run continues it.")
 
