@@ -20,6 +20,7 @@ from common import cli
 from common.errors import UserError
 from common.files import expand_globs
 from common.progress import Progress
+from data.pretraining.masking import MASKED_LM_PROB
 
 PROG = "create_pretraining_data"
 
@@ -29,7 +30,7 @@ def define_instance_flags(
     *,
     max_seq_length: int = 128,
     max_predictions_per_seq: int = 20,
-    masked_lm_prob: float = 0.15,
+    masked_lm_prob: float = MASKED_LM_PROB,
     random_seed: int = 12345,
     dupe_factor: int = 10,
 ) -> None:

@@ -38,6 +38,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from bench import harness  # noqa: E402  (after the path insert)
+from data.pretraining.masking import MASKED_LM_PROB  # noqa: E402
 
 DEFAULT_MODELS = ("tiny", "small", "base")
 # Batch sizes that keep one step of each model at seconds, not minutes, on a 2-core CPU.
@@ -87,7 +88,7 @@ def random_pretraining_batch(
         mask[b, :length] = 1
         segments[b, sep_a + 1 : length] = 1
         candidates = np.array([i for i in range(1, length - 1) if i != sep_a])
-        n = min(predictions, max(1, round(length * 0.15)), len(candidates))
+        n = min(predictions, max(1, round(length * MASKED_LM_PROB)), len(candidates))
         chosen = np.sort(rng.choice(candidates, n, replace=False))
         positions[b, :n] = chosen
         lm_ids[b, :n] = tokens[chosen]

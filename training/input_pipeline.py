@@ -31,7 +31,7 @@ import tensorflow as tf
 from common.errors import UserError
 from common.files import expand_globs
 from data.pretraining import schema, tfrecord
-from training.masking import MASKED_LM_PROB
+from data.pretraining.masking import MASKED_LM_PROB
 
 DEFAULT_SHUFFLE_WINDOW = 10000
 

@@ -31,7 +31,6 @@ import tensorflow as tf
 
 from data.pretraining import schema
 
-MASKED_LM_PROB = 0.15  # Google's default rate, for records that do not say otherwise
 _GOLDEN = 0x9E3779B97F4A7C15
 _MIX1 = 0xBF58476D1CE4E5B9
 _MIX2 = 0x94D049BB133111EB

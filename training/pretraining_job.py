@@ -75,7 +75,7 @@ def validate(s: PretrainingSettings) -> None:
 
 def masked_lm_prob_of(s: PretrainingSettings) -> float:
     """--masked_lm_prob, or Google's 0.15."""
-    from training.masking import MASKED_LM_PROB
+    from data.pretraining.masking import MASKED_LM_PROB
 
     return MASKED_LM_PROB if s.masked_lm_prob is None else s.masked_lm_prob
 

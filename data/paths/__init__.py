@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import os
 
+from data.pretraining.masking import MASKED_LM_PROB
+
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DATA_DIR_ENV = "BERT_DATA_DIR"
 DEFAULT_DATA_DIR = os.path.join(REPO_ROOT, "data_dir")
@@ -35,7 +37,7 @@ PHASE1 = {"max_seq_length": 128, "max_predictions_per_seq": 20}
 PHASE2 = {"max_seq_length": 512, "max_predictions_per_seq": 80}
 DEFAULT_TFRECORD_PARAMS = {
     "do_lower_case": True,
-    "masked_lm_prob": 0.15,
+    "masked_lm_prob": MASKED_LM_PROB,
     "random_seed": 12345,
     "dupe_factor": 5,
 }

@@ -24,7 +24,7 @@ import dataclasses
 import numbers
 from typing import Any
 
-from data.pretraining.masking import create_masked_lm_predictions
+from data.pretraining.masking import MASKED_LM_PROB, create_masked_lm_predictions
 
 
 def _is_int(value):
@@ -37,7 +37,7 @@ class InstanceOptions:
 
     max_seq_length: int = 128
     max_predictions_per_seq: int = 20
-    masked_lm_prob: float = 0.15
+    masked_lm_prob: float = MASKED_LM_PROB
     short_seq_prob: float = 0.1
     dupe_factor: int = 10
     do_whole_word_mask: bool = False

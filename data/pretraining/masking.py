@@ -19,6 +19,10 @@ from typing import Any, Callable, Sequence
 
 from bert.tokenization import CLS_TOKEN, MASK_TOKEN, SEP_TOKEN
 
+# Google's masked-LM rate: the share of a sequence's tokens masked (rounded, at least one), for
+# records written masked and for unmasked records masked as read (training/masking.py).
+MASKED_LM_PROB = 0.15
+
 MaskedLmInstance = collections.namedtuple("MaskedLmInstance", ["index", "label"])
 
 

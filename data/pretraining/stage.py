@@ -21,6 +21,7 @@ from common.errors import UserError
 from common.files import ensure_writable_dir, read_json, sha256_file
 from data import paths
 from data.corpus.parallel import bounded_imap, report_progress
+from data.pretraining.masking import MASKED_LM_PROB
 from data.stage import Run, Runtime, Stage
 
 TFRECORD_STAGE = "create_tfrecord_files"
@@ -284,7 +285,7 @@ def create_tfrecord_files(
     do_lower_case: bool = True,
     max_seq_length: int = 128,
     max_predictions_per_seq: int = 20,
-    masked_lm_prob: float = 0.15,
+    masked_lm_prob: float = MASKED_LM_PROB,
     short_seq_prob: float = 0.1,
     dupe_factor: int = 5,
     random_seed: int = 12345,

@@ -31,7 +31,7 @@ import numpy as np
 from common.files import commit, temporary_name
 from data.pretraining import native, schema, tfrecord
 from data.pretraining.instances import InstanceOptions, create_training_instances
-from data.pretraining.masking import MaskingVocab, is_continuation_piece
+from data.pretraining.masking import MASKED_LM_PROB, MaskingVocab, is_continuation_piece
 
 _READ_BLOCK_BYTES = 4 << 20
 _DOCS_PER_CALL = 4096  # documents per C call: progress granularity
@@ -428,7 +428,7 @@ def create_training_files(
     *,
     max_seq_length=128,
     max_predictions_per_seq=20,
-    masked_lm_prob=0.15,
+    masked_lm_prob=MASKED_LM_PROB,
     short_seq_prob=0.1,
     dupe_factor=10,
     random_seed=12345,
