@@ -45,45 +45,18 @@ def define_flags(
     )
     flag("bert_config_file", "bert_config.json (default: the one beside --init_checkpoint).", str)
     flag("vocab_file", "vocab.txt (default: the one beside --init_checkpoint).", str)
-    flag("do_lower_case", "Lower-case and strip accents (uncased models).")
+    flag("do_lower_case")
     flag("output_dir", output_dir_help, str)
     flag("max_seq_length", "Tokens per input sequence.")
     flag("train_batch_size", "Examples per worker per micro-batch.")
-    flag("predict_batch_size", "Examples per prediction batch.")
-    flag("num_train_epochs", "Epochs over the training features.")
-    flag("warmup_proportion", "Share of the updates spent in linear warmup (then linear decay to 0).")
-    flag(
-        "decay_after_warmup",
-        "Count the linear decay from the end of warmup, so the rate reaches the peak (Hugging Face's "
-        "get_linear_schedule_with_warmup); default: from step 0, as Google's run_squad / "
-        "run_classifier, whose rate after warmup starts at (1 - warmup_proportion) of the peak.",
-    )
+    for name in ("predict_batch_size", "num_train_epochs", "warmup_proportion", "decay_after_warmup"):
+        flag(name)
     flag("optimizer_type", "Optimizer (Google's default).", OPTIMIZERS)
-    flag(
-        "adam_epsilon",
-        "The optimizer's epsilon in m / (sqrt(v) + epsilon): Google's 1e-6 by default; Hugging "
-        "Face's (torch's AdamW) is 1e-8.",
-    )
-    flag("do_train", "Fine-tune.")
-    flag(
-        "group_by_length",
-        "Order each epoch in groups of 50 global batches sorted by length, the batches of a group "
-        "shuffled by --seed (Hugging Face's group_by_length): with --bin_size, less padding.",
-    )
+    for name in ("adam_epsilon", "do_train", "group_by_length"):
+        flag(name)
     flag("do_eval", "Predict the labelled evaluation data and report the official metrics.")
-    flag("do_predict", "Predict the test data and write the prediction / submission files.")
-    flag(
-        "eval_every_n_steps",
-        "With --do_train --do_eval: also score the dev set every this many updates (log.jsonl, "
-        "TensorBoard); 0: only after training.",
-    )
-    flag(
-        "export_dir",
-        "Write a SavedModel here (serving_default: input_ids, input_mask, segment_ids -> logits) "
-        "after training, or from --output_dir's latest checkpoint without --do_train.",
-        str,
-    )
-    flag("triton_repository", "Also write a Triton model repository here (needs --export_dir).", str)
+    for name in ("do_predict", "eval_every_n_steps", "export_dir", "triton_repository"):
+        flag(name)
 
 
 def define_squad_flags(fv) -> None:

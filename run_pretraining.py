@@ -53,32 +53,16 @@ def define_flags(fv) -> None:
         str,
     )
     flag("max_seq_length", "Tokens per sequence; must match the TFRecords.")
-    flag(
-        "max_predictions_per_seq",
-        "Masked positions per sequence; must match masked TFRecords (unmasked ones are masked up to it).",
-    )
-    flag(
-        "masked_lm_prob",
-        "Unmasked TFRecords (prepared with --masking=dynamic) only: the fraction of tokens masked "
-        "as they are read (default 0.15, Google's).",
-    )
+    flag("max_predictions_per_seq")
+    flag("masked_lm_prob")
     flag("train_batch_size", "Sequences per worker per micro-batch.")
-    flag("eval_batch_size", "Sequences per evaluation batch.")
-    flag("num_train_steps", "Applied updates to train for (skipped fp16 updates do not count).")
-    flag(
-        "num_warmup_steps",
-        "Updates of linear warmup; then polynomial decay to 0 "
-        "(power 0.5 for LAMB, 1 for Adam), counted from update 0.",
-    )
+    for name in ("eval_batch_size", "num_train_steps", "num_warmup_steps"):
+        flag(name)
     flag("optimizer_type", "LAMB (pretraining), AdamW, or Google's AdamWeightDecay.", OPTIMIZERS)
     flag("do_train", "Train.")
     flag("do_eval", "Evaluate on --eval_files at the end (rank 0): eval_results.json.")
-    flag("max_eval_steps", "Evaluation batches at most.")
-    flag(
-        "shuffle_buffer",
-        "Consecutive records shuffled together (a window of the data order, the same for every "
-        "worker count; see docs/cluster.md, 'Changing the GPU count').",
-    )
+    flag("max_eval_steps")
+    flag("shuffle_buffer")
 
 
 def _files(flag_values, name: str) -> str | None:

@@ -13,10 +13,13 @@ preemption (common.errors.Preempted) exits 75 (re-run to continue); Ctrl-C exits
 import of TensorFlow leaves out its start-up notes (common/tensorflow_startup.py).
 
 Defining flags: `Flags(fv, settings=SettingsDataclass)` is the one helper the entry points use.
+A setting is declared once, on its dataclass field (`setting(kind, default, help)`); a flag of
+that name takes its kind, default and help from there, and an entry point passes only what is
+its own.
 
     flag = cli.Flags(fv, settings=PretrainingSettings, defaults={"learning_rate": 2e-5})
-    flag("max_seq_length", "Tokens per sequence.")           # kind and default from the dataclass
-    flag("learning_rate", "Peak learning rate PER WORKER.")   # kind "rate": refused unless in (0, 1]
+    flag("learning_rate")                                     # kind, default and help: the field's
+    flag("max_seq_length", "Tokens per sequence.")           # this entry point's own help text
     flag("amp", "NVIDIA's name for --precision=fp16.", bool, default=False)
     flag("optimizer_type", "Which optimizer.", OPTIMIZERS)   # a collection of names: an enum
     flag("search_space", "YAML/JSON file of the space.", str)
@@ -28,7 +31,7 @@ the settings field's metadata["kind"] (see `setting`). A flag of a kinds.py kind
 from that table, so a bad value stops at parse time (exit 2) with `refusal`'s sentence, e.g.
 "--learning_rate must be a number in (0, 1] (got 2.0)": the sentence the jobs' settings checks
 give library callers for the same value. `default` left out: `defaults`, else the settings
-field's default, else None.
+field's default, else None. `help_text` left out: the field's metadata["help"].
 """
 
 from __future__ import annotations
@@ -141,57 +144,24 @@ def precision_and_horovod(flag_values, environ, launched_ranks, default_precisio
 
 
 def define_job_flags(flag, *, compiled: str) -> None:
-    """The flags every training job means the same by (training.job.JobSettings' fields), with
-    one help text each: run_pretraining.py and finetuning_cli.py define them here and add those
-    whose meaning is their own (output_dir, init_checkpoint, the model files, do_train ...).
-    `flag` is a Flags over the job's settings dataclass; `compiled` names what XLA compiles."""
-    precision_default = flag.fields["precision"].default
-    flag(
-        "learning_rate",
-        "Peak learning rate PER WORKER; the effective peak is this times the number of workers.",
-    )
-    flag("num_accumulation_steps", "Micro-batches per update (gradient accumulation).")
-    flag(
-        "precision",
-        f"fp32 (TF32 off), tf32, fp16 (loss scaling, fp16 allreduce) or bf16; default "
-        f"{precision_default}, or fp16 with --amp.",
-        default=None,
-    )
+    """The flags every training job means the same by (training.job.JobSettings' fields, each
+    with its kind, default and help declared there): run_pretraining.py and finetuning_cli.py
+    define them here and add those whose meaning is their own (output_dir, init_checkpoint, the
+    model files, do_train ...). `flag` is a Flags over the job's settings dataclass; `compiled`
+    names what XLA compiles. --precision, --use_horovod and --bin_size default to None here:
+    resolved later (--amp, the launched ranks, training/length_bins.py)."""
+    flag("learning_rate")
+    flag("num_accumulation_steps")
+    flag("precision", default=None)
     flag("amp", "NVIDIA's name for --precision=fp16.", bool, default=False)
     flag("use_xla", f"Compile the {compiled} with XLA.")
-    flag(
-        "use_horovod",
-        "Sum gradients across Horovod workers; default: on when started by horovodrun/mpirun/srun "
-        "with more than one rank.",
-        default=None,
-    )
+    flag("use_horovod", default=None)
     flag.alias("horovod", "use_horovod")
-    flag(
-        "bin_size",
-        "Pad each micro-batch only to the next multiple of this many tokens past its longest "
-        "sequence, the sequences of an update sorted by length (training, evaluation and prediction "
-        "alike); 0 pads to --max_seq_length, as does a bin that long or longer. Default 64.",
-        default=None,
-    )
-    flag("save_checkpoints_steps", "Write a checkpoint every this many updates (and at the end).")
-    flag("keep_checkpoints", "How many of the newest checkpoints to keep.")
-    flag(
-        "log_every_n_steps",
-        "Log and print every this many updates; the host reads the device only at these steps "
-        "and at checkpoints, so updates queue without a wait in between.",
-    )
-    flag("seed", "Seed of initialisation, dropout and input shuffling.", int)
-    flag(
-        "deterministic",
-        "TF op determinism: an interrupted and resumed run ends bit-identical "
-        "to an uninterrupted one (turn off for speed on GPUs).",
-    )
-    flag(
-        "worker_timeout_seconds",
-        "With several workers: a worker that sees no update for this long (a worker died, froze or "
-        "lost the network) names the silent workers and the last checkpoint and stops; above the "
-        "longest update and checkpoint save.",
-    )
+    flag("bin_size", default=None)
+    for name in ("save_checkpoints_steps", "keep_checkpoints", "log_every_n_steps", "seed"):
+        flag(name)
+    flag("deterministic")
+    flag("worker_timeout_seconds")
 
 
 def job_settings(flag_values, settings_class, environ, launched_ranks, **values):
@@ -206,11 +176,21 @@ def job_settings(flag_values, settings_class, environ, launched_ranks, **values)
     return settings_class(**resolved)
 
 
-def setting(kind: str, default):
-    """A settings dataclass field of a common/kinds.py kind: `Flags` and the jobs' checks read it."""
-    if kind not in KINDS:
+def setting(kind, default, help: str | None = None, none_means=None):
+    """A settings dataclass field declared once: its kind (a common/kinds.py name, checked by
+    `Flags`' validator and by `check_settings`; or a Python type), its default and the help text
+    of its flag, which `Flags` and the launchers' settings (launch/engine.py) read. `none_means`:
+    what a None value resolves to, told in the flag's help ("Default 64.")."""
+    if isinstance(kind, str) and kind not in KINDS:
         raise ValueError(f"unknown kind {kind!r}; common/kinds.py has {', '.join(KINDS)}.")
-    return dataclasses.field(default=default, metadata={"kind": kind})
+    return dataclasses.field(default=default, metadata={"kind": kind, "help": help, "none_means": none_means})
+
+
+def redefault(settings_class, name: str, default):
+    """`settings_class`'s field `name` (its kind and help) with another default: the field of a
+    settings dataclass that changes a default of the one it extends."""
+    field = next(f for f in dataclasses.fields(settings_class) if f.name == name)
+    return dataclasses.field(default=default, metadata=field.metadata)
 
 
 def refusal(name: str, kind: str, value) -> str | None:
@@ -227,7 +207,7 @@ def check_settings(settings) -> None:
     without flags."""
     for field in dataclasses.fields(settings):
         kind = field.metadata.get("kind")
-        message = kind and refusal(field.name, kind, getattr(settings, field.name))
+        message = isinstance(kind, str) and refusal(field.name, kind, getattr(settings, field.name))
         if message:
             raise UserError(message)
 
@@ -263,11 +243,18 @@ class Flags:
             return None
         return field.default
 
-    def __call__(self, name: str, help_text: str, kind=None, default=_UNSET) -> None:
+    def __call__(self, name: str, help_text: str | None = None, kind=None, default=_UNSET) -> None:
         from absl import flags
 
+        field = self.fields.get(name)
+        if help_text is None:
+            help_text = field.metadata.get("help") if field else None
+            if help_text is None:
+                raise ValueError(f"--{name}: pass its help text; the settings give it none.")
+            if field.metadata.get("none_means") is not None:
+                help_text += f" Default {field.metadata['none_means']}."
         if kind is None:
-            kind = self.fields[name].metadata.get("kind") if name in self.fields else None
+            kind = field.metadata.get("kind") if field else None
             if kind is None:
                 raise ValueError(f"--{name}: pass its kind; the settings give it none.")
         default = self._default(name) if default is self._UNSET else default

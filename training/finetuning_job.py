@@ -27,7 +27,7 @@ import dataclasses
 import json
 import os
 
-from common.cli import setting
+from common.cli import redefault, setting
 from common.errors import UserError
 from common.files import write_json
 from optimization import FINE_TUNING_DECAY_POWER
@@ -42,20 +42,52 @@ class FineTuningSettings(job.JobSettings):
     every job has (job.JobSettings; here bert_config_file and vocab_file default to the files
     beside init_checkpoint) and fine-tuning's own."""
 
-    do_lower_case: bool = setting("bool", True)
-    predict_batch_size: int = setting("count", 8)
-    num_train_epochs: float = setting("epochs", 3.0)
-    warmup_proportion: float = setting("proportion", 0.1)
-    decay_after_warmup: bool = setting("bool", False)  # False: Google's decay from step 0
-    adam_epsilon: float = setting("rate", 1e-6)  # Google's; Hugging Face's is 1e-8
+    do_lower_case: bool = setting("bool", True, "Lower-case and strip accents (uncased models).")
+    predict_batch_size: int = setting("count", 8, "Examples per prediction batch.")
+    num_train_epochs: float = setting("epochs", 3.0, "Epochs over the training features.")
+    warmup_proportion: float = setting(
+        "proportion", 0.1, "Share of the updates spent in linear warmup (then linear decay to 0)."
+    )
+    decay_after_warmup: bool = setting(  # False: Google's decay from step 0
+        "bool",
+        False,
+        "Count the linear decay from the end of warmup, so the rate reaches the peak (Hugging Face's "
+        "get_linear_schedule_with_warmup); default: from step 0, as Google's run_squad / "
+        "run_classifier, whose rate after warmup starts at (1 - warmup_proportion) of the peak.",
+    )
+    adam_epsilon: float = setting(
+        "rate",
+        1e-6,
+        "The optimizer's epsilon in m / (sqrt(v) + epsilon): Google's 1e-6 by default; Hugging "
+        "Face's (torch's AdamW) is 1e-8.",
+    )
     optimizer_type: str = "adam_weight_decay"
-    do_train: bool = setting("bool", False)
-    do_predict: bool = setting("bool", False)
-    keep_checkpoints: int = setting("count", 3)
-    eval_every_n_steps: int = setting("steps", 0)  # 0: evaluate after training only
-    group_by_length: bool = setting("bool", False)  # training/data_order.rows_in_order
-    export_dir: str | None = None
-    triton_repository: str | None = None
+    do_train: bool = setting("bool", False, "Fine-tune.")
+    do_predict: bool = setting(
+        "bool", False, "Predict the test data and write the prediction / submission files."
+    )
+    keep_checkpoints: int = redefault(job.JobSettings, "keep_checkpoints", 3)
+    eval_every_n_steps: int = setting(  # 0: evaluate after training only
+        "steps",
+        0,
+        "With --do_train --do_eval: also score the dev set every this many updates (log.jsonl, "
+        "TensorBoard); 0: only after training.",
+    )
+    group_by_length: bool = setting(  # training/data_order.rows_in_order
+        "bool",
+        False,
+        "Order each epoch in groups of 50 global batches sorted by length, the batches of a group "
+        "shuffled by --seed (Hugging Face's group_by_length): with --bin_size, less padding.",
+    )
+    export_dir: str | None = setting(
+        str,
+        None,
+        "Write a SavedModel here (serving_default: input_ids, input_mask, segment_ids -> logits) "
+        "after training, or from --output_dir's latest checkpoint without --do_train.",
+    )
+    triton_repository: str | None = setting(
+        str, None, "Also write a Triton model repository here (needs --export_dir)."
+    )
 
 
 def validate(s: FineTuningSettings) -> None:

@@ -37,6 +37,7 @@ import sys
 from common.cli import check_settings, setting
 from common.errors import UserError
 from common.files import ensure_writable_dir, write_json
+from training.length_bins import DEFAULT_BIN_SIZE, bin_size_refusal
 
 RESOLVED_CONFIG_NAME = "resolved_config.json"
 
@@ -45,32 +46,70 @@ RESOLVED_CONFIG_NAME = "resolved_config.json"
 class JobSettings:
     """The settings every training job shares (run_pretraining.py's, run_squad.py's and
     run_classifier.py's flags of the same names); PretrainingSettings and FineTuningSettings add
-    their own and change a few defaults. A field's kind (common/kinds.py) is checked by
-    `validate_settings` and by the flag's validator alike."""
+    their own and change a few defaults. Each field is declared once (common.cli.setting): its
+    kind (common/kinds.py), checked by `validate_settings` and by the flag's validator alike, its
+    default and its flag's help text, which launch/ settings of the same meaning read too."""
 
     output_dir: str
     init_checkpoint: str | None = None
     bert_config_file: str | None = None
     vocab_file: str | None = None
     max_seq_length: int = setting("count", 128)
-    # Micro-batches padded to a multiple of this (training/length_bins.py); None: 64; 0 (or a
-    # bin of max_seq_length or more): to max_seq_length.
-    bin_size: int | None = setting("steps", None)
+    bin_size: int | None = setting(
+        "steps",
+        None,
+        "Pad each micro-batch only to the next multiple of this many tokens past its longest "
+        "sequence, the sequences of an update sorted by length (training, evaluation and prediction "
+        "alike); 0 pads to --max_seq_length, as does a bin that long or longer.",
+        none_means=DEFAULT_BIN_SIZE,
+    )
     train_batch_size: int = setting("count", 32)  # per worker, per micro-batch
-    learning_rate: float = setting("rate", 5e-5)  # per worker: the peak is this x workers
-    num_accumulation_steps: int = setting("count", 1)
+    learning_rate: float = setting(
+        "rate",
+        5e-5,
+        "Peak learning rate PER WORKER; the effective peak is this times the number of workers.",
+    )
+    num_accumulation_steps: int = setting("count", 1, "Micro-batches per update (gradient accumulation).")
     optimizer_type: str = "lamb"
-    precision: str = setting("precision", "fp32")
+    precision: str = setting(
+        "precision",
+        "fp32",
+        "fp32 (TF32 off), tf32, fp16 (loss scaling, fp16 allreduce) or bf16; default fp32, or fp16 "
+        "with --amp.",
+    )
     use_xla: bool = setting("bool", True)
-    use_horovod: bool = setting("bool", False)
+    use_horovod: bool = setting(
+        "bool",
+        False,
+        "Sum gradients across Horovod workers; default: on when started by horovodrun/mpirun/srun "
+        "with more than one rank.",
+    )
     do_train: bool = setting("bool", True)
     do_eval: bool = setting("bool", False)
-    save_checkpoints_steps: int = setting("count", 1000)
-    keep_checkpoints: int = setting("count", 5)
-    log_every_n_steps: int = setting("count", 10)
-    seed: int = 12345
-    deterministic: bool = setting("bool", True)
-    worker_timeout_seconds: int = setting("count", 300)  # training/watchdog.py
+    save_checkpoints_steps: int = setting(
+        "count", 1000, "Write a checkpoint every this many updates (and at the end)."
+    )
+    keep_checkpoints: int = setting("count", 5, "How many of the newest checkpoints to keep.")
+    log_every_n_steps: int = setting(
+        "count",
+        10,
+        "Log and print every this many updates; the host reads the device only at these steps and "
+        "at checkpoints, so updates queue without a wait in between.",
+    )
+    seed: int = setting(int, 12345, "Seed of initialisation, dropout and input shuffling.")
+    deterministic: bool = setting(
+        "bool",
+        True,
+        "TF op determinism: an interrupted and resumed run ends bit-identical to an uninterrupted "
+        "one (turn off for speed on GPUs).",
+    )
+    worker_timeout_seconds: int = setting(  # training/watchdog.py
+        "count",
+        300,
+        "With several workers: a worker that sees no update for this long (a worker died, froze or "
+        "lost the network) names the silent workers and the last checkpoint and stops; above the "
+        "longest update and checkpoint save.",
+    )
 
 
 def validate_settings(s: JobSettings) -> None:
@@ -80,8 +119,6 @@ def validate_settings(s: JobSettings) -> None:
     if not s.output_dir:
         raise UserError("--output_dir is required.")
     check_settings(s)
-    from training.length_bins import bin_size_refusal
-
     refused = bin_size_refusal(s.bin_size, s.max_seq_length)
     if refused:
         raise UserError(refused)

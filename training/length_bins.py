@@ -23,11 +23,9 @@ Shapes: B batch, S max_seq_length, L a batch's bin length (<= S), G an update's 
 
 from __future__ import annotations
 
-import numpy as np
-
 # The features with a sequence axis (axis 1, S long): the ones a bin shortens.
 SEQUENCE_FEATURES = ("input_ids", "input_mask", "segment_ids")
-DEFAULT_BIN_SIZE = 64
+DEFAULT_BIN_SIZE = 64  # what --bin_size None means (training.job.JobSettings.bin_size)
 
 
 def resolved_bin_size(bin_size: int | None, max_seq_length: int) -> int:
@@ -38,11 +36,17 @@ def resolved_bin_size(bin_size: int | None, max_seq_length: int) -> int:
     return 0 if bin_size >= max_seq_length else bin_size
 
 
+def bin_size_fits(bin_size: int, max_seq_length: int) -> bool:
+    """The rule for a bin size: from 0 (pad to max_seq_length) up to max_seq_length. The jobs
+    (`bin_size_refusal`) and the launchers (launch/) refuse other values, each in its own words."""
+    return 0 <= bin_size <= max_seq_length
+
+
 def bin_size_refusal(bin_size: int | None, max_seq_length: int) -> str | None:
     """The sentence refusing --bin_size for max_seq_length, or None when it can work."""
     if bin_size is None:
         return None
-    if bin_size < 0 or bin_size > max_seq_length:
+    if not bin_size_fits(bin_size, max_seq_length):
         return (
             f"--bin_size must be between 0 (pad to --max_seq_length) and --max_seq_length="
             f"{max_seq_length} (got {bin_size})."
@@ -54,6 +58,8 @@ def bin_length(longest, bin_size: int, max_seq_length: int):
     """The padded length of a batch whose longest sequence has `longest` real tokens (a tensor or
     an int): rounded up to a multiple of bin_size, at least one bin, at most max_seq_length.
     bin_size 0: max_seq_length."""
+    import numpy as np
+
     if bin_size == 0:
         return max_seq_length
     if isinstance(longest, (int, np.integer)):
@@ -95,11 +101,13 @@ def deal_by_length(lengths, batch_size: int, num_workers: int, worker_index: int
     return tf.gather(rounds, seat, batch_dims=1)  # [k, B]
 
 
-def by_length(lengths: np.ndarray, batch_size: int, bin_size: int, max_seq_length: int):
-    """Prediction batches of rows sorted by length: yields (rows int64 [B], real, L), where `rows`
-    index the input (the last batch repeats its final row up to B, so every batch has the
+def by_length(lengths, batch_size: int, bin_size: int, max_seq_length: int):
+    """Prediction batches of rows sorted by length (`lengths` int [N]): yields (rows int64 [B],
+    real, L), where `rows` index the input (the last batch repeats its final row up to B, so every batch has the
     compiled batch size; only the first `real` are results) and L is the batch's bin length.
     bin_size 0: the rows in input order, every batch S long (as padded prediction)."""
+    import numpy as np
+
     lengths = np.asarray(lengths)
     count = len(lengths)
     order = np.argsort(lengths, kind="stable") if bin_size else np.arange(count)

@@ -38,14 +38,36 @@ class PretrainingSettings(job.JobSettings):
     bert_config_file: str
     input_files: str | None = None  # comma-separated globs
     eval_files: str | None = None
-    max_predictions_per_seq: int = setting("count", 20)
+    max_predictions_per_seq: int = setting(
+        "count",
+        20,
+        "Masked positions per sequence; must match masked TFRecords (unmasked ones are masked up to it).",
+    )
     # Unmasked (dynamic) records only; None: Google's rate. Static records carry their masks.
-    masked_lm_prob: float | None = setting("proportion", None)
-    eval_batch_size: int = setting("count", 8)
-    num_train_steps: int = setting("count", 100000)  # applied updates
-    num_warmup_steps: int = setting("steps", 10000)
-    max_eval_steps: int | None = setting("count", 100)  # None: the whole evaluation set
-    shuffle_buffer: int = setting("count", 10000)  # the data order's shuffle window
+    masked_lm_prob: float | None = setting(
+        "proportion",
+        None,
+        "Unmasked TFRecords (prepared with --masking=dynamic) only: the fraction of tokens masked "
+        "as they are read (default 0.15, Google's).",
+    )
+    eval_batch_size: int = setting("count", 8, "Sequences per evaluation batch.")
+    num_train_steps: int = setting(
+        "count", 100000, "Applied updates to train for (skipped fp16 updates do not count)."
+    )
+    num_warmup_steps: int = setting(
+        "steps",
+        10000,
+        "Updates of linear warmup; then polynomial decay to 0 (power 0.5 for LAMB, 1 for Adam), "
+        "counted from update 0.",
+    )
+    # None: the whole evaluation set
+    max_eval_steps: int | None = setting("count", 100, "Evaluation batches at most.")
+    shuffle_buffer: int = setting(  # the data order's shuffle window
+        "count",
+        10000,
+        "Consecutive records shuffled together (a window of the data order, the same for every "
+        "worker count; see docs/cluster.md, 'Changing the GPU count').",
+    )
 
 
 def validate(s: PretrainingSettings) -> None:
