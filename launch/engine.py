@@ -47,6 +47,18 @@ class Setting:
     parse: Callable[[str], str] | None = None
     positional: bool = True
 
+    @classmethod
+    def of_field(cls, settings_class, name: str, default: str | None = None, positional: bool = False):
+        """The setting a launcher passes on as the entry point's flag of the same name: its kind
+        and help as declared once on `settings_class`'s field (common.cli.setting); `default`
+        (text) the launcher's own, else the field's (what None means, where it says)."""
+        field = next(f for f in dataclasses.fields(settings_class) if f.name == name)
+        if default is None:
+            value = field.metadata.get("none_means")
+            value = field.default if value is None else value
+            default = str(value).lower() if isinstance(value, bool) else str(value)
+        return cls(name, default, field.metadata["kind"], field.metadata["help"], positional=positional)
+
 
 @dataclasses.dataclass(frozen=True)
 class PathOption:

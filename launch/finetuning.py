@@ -26,16 +26,12 @@ EPOCHS = Setting("epochs", "2.0", "epochs", "passes over the training set")
 INIT_CHECKPOINT = Setting("init_checkpoint", "", "text", "starting weights (default: BERT_DIR)")
 
 
-def bin_size(default: str) -> Setting:
-    """--bin_size for a launcher: SQuAD's windows take 64, GLUE's short sentences 32
+def bin_size(default: str | None = None) -> Setting:
+    """--bin_size for a launcher: SQuAD's windows take the job's 64, GLUE's short sentences 32
     (bench/padding.py: SST-2-length prediction 2.0x at 64, 3.2x at 32)."""
-    return Setting(
-        "bin_size",
-        default,
-        "steps",
-        "pad each batch only to a multiple of this past its longest (0: to seq_length)",
-        positional=False,
-    )
+    from training.job import JobSettings
+
+    return Setting.of_field(JobSettings, "bin_size", default)
 
 
 GROUP_BY_LENGTH = Setting(
@@ -51,8 +47,9 @@ def by_length_flags(launch, training: bool) -> list:
     """The entry point's --bin_size (and, when training, --group_by_length) as the launcher sets
     them; bin_size is refused here when it exceeds seq_length."""
     from launch.workers import UsageError
+    from training.length_bins import bin_size_fits
 
-    if launch.value["bin_size"] > launch.value["seq_length"]:
+    if not bin_size_fits(launch.value["bin_size"], launch.value["seq_length"]):
         raise UsageError(
             f"bin_size={launch.text['bin_size']} ({launch.source['bin_size']}) must not exceed "
             f"seq_length={launch.text['seq_length']} ({launch.source['seq_length']})."

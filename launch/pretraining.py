@@ -20,6 +20,8 @@ from data import paths as data_paths
 from data.paths import PHASE_SHAPES
 from launch.engine import Launcher, PathOption, Plan, Setting, Step
 from launch.workers import UsageError
+from training.job import JobSettings
+from training.length_bins import bin_size_fits
 from training.preemption import STOP_FILE_NAME
 
 PHASE1_FRACTION = (9, 10)  # phase 1 runs train_steps * 9 // 10 updates
@@ -59,14 +61,7 @@ SETTINGS = (
         choices=("static", "dynamic"),
         positional=False,
     ),
-    Setting(
-        "bin_size",
-        "64",
-        "steps",
-        "pad each micro-batch only to a multiple of this past its longest, an update's sequences "
-        "sorted by length (0: to the phase's seq length)",
-        positional=False,
-    ),
+    Setting.of_field(JobSettings, "bin_size"),
 )
 
 PATHS = (
@@ -140,7 +135,7 @@ def plan_phases(v: dict, text: dict, run_phases) -> dict:
             raise UsageError(
                 f"phase {n} would run 0 steps ({how}, with train_steps={v['train_steps']}); raise train_steps."
             )
-        if v["bin_size"] > phase.max_seq_length:
+        if not bin_size_fits(v["bin_size"], phase.max_seq_length):
             raise UsageError(
                 f"bin_size={v['bin_size']} exceeds phase {n}'s sequence length {phase.max_seq_length}; "
                 "use at most that (0 pads to it)."

@@ -141,7 +141,7 @@ TRAINING = Launcher(
         SQUAD_VERSION,
         ft.INIT_CHECKPOINT,
         ft.EPOCHS,
-        ft.bin_size("64"),
+        ft.bin_size(),
         ft.GROUP_BY_LENGTH,
     ),
     (
@@ -177,7 +177,7 @@ INFERENCE = Launcher(
         Setting("doc_stride", "128", "count", "tokens between the starts of a context's windows"),
         ft.bert_model("picks BERT_DIR (config and vocab when none is beside the model)"),
         SQUAD_VERSION,
-        ft.bin_size("64"),
+        ft.bin_size(),
     ),
     (
         ft.DATA_DIR,
