@@ -49,6 +49,8 @@ PYTHON_QA = "python_qa"
 def define_flags(fv) -> None:
     from absl import flags
 
+    from data.ranks import DEFAULT_TIMEOUT_S
+
     flag = cli.Flags(fv)
 
     flag(
@@ -135,7 +137,7 @@ def define_flags(fv) -> None:
         "Under mpirun/srun: a rank waiting for the others stops the stage, naming the rank, when "
         "that rank's heartbeat stood still this long (it died or hangs).",
         float,
-        default=120.0,
+        default=DEFAULT_TIMEOUT_S,
     )
     flag("verify", "How a re-run checks existing outputs.", ["sha256", "size"], default="sha256")
     flag("glue_tasks", "Comma-separated GLUE tasks, or all.", str, default="all")
