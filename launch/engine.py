@@ -57,7 +57,8 @@ class Setting:
             value = field.metadata.get("none_means")
             value = field.default if value is None else value
             default = str(value).lower() if isinstance(value, bool) else str(value)
-        return cls(name, default, field.metadata["kind"], field.metadata["help"], positional=positional)
+        text = field.metadata["help"].rstrip(".")  # as the launchers' tables write help
+        return cls(name, default, field.metadata["kind"], text[:1].lower() + text[1:], positional=positional)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -74,8 +74,10 @@ def test_the_launchers_bin_size_is_the_jobs_field_with_the_launchers_default():
         "run_glue": "32",
         "run_glue_inference": "32",
     }
+    said = field.metadata["help"]
+    assert said.startswith("Pad each micro-batch") and said.endswith(".")
     for s in found.values():
-        assert (s.kind, s.help, s.positional) == ("steps", field.metadata["help"], False)
+        assert (s.kind, s.help, s.positional) == ("steps", "p" + said[1:-1], False)
 
 
 @pytest.mark.parametrize("bin_size, fits", [(0, True), (1, True), (128, True), (129, False), (-1, False)])
