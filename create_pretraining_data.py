@@ -74,6 +74,20 @@ def define_instance_flags(
     )
 
 
+def instance_options(F) -> dict:
+    """The instance-creation flags as the writers' keyword arguments (--dupe_factor resolved)."""
+    return {
+        "max_seq_length": F.max_seq_length,
+        "max_predictions_per_seq": F.max_predictions_per_seq,
+        "masked_lm_prob": F.masked_lm_prob,
+        "short_seq_prob": F.short_seq_prob,
+        "dupe_factor": dupe_factor(F),
+        "random_seed": F.random_seed,
+        "do_whole_word_mask": F.do_whole_word_mask,
+        "masking": F.masking,
+    }
+
+
 def dupe_factor(F) -> int:
     """--dupe_factor, or 1 for dynamic masking when it is not given: one unmasked copy serves
     every epoch."""
@@ -120,14 +134,7 @@ def run(F) -> int:
                 input_files,
                 output_files,
                 tokenizer,
-                max_seq_length=F.max_seq_length,
-                max_predictions_per_seq=F.max_predictions_per_seq,
-                masked_lm_prob=F.masked_lm_prob,
-                short_seq_prob=F.short_seq_prob,
-                dupe_factor=dupe_factor(F),
-                random_seed=F.random_seed,
-                do_whole_word_mask=F.do_whole_word_mask,
-                masking=F.masking,
+                **instance_options(F),
                 progress=progress,
                 log=_log,
                 engine=F.engine,

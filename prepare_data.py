@@ -308,7 +308,7 @@ def _vocab(F, ctx: Context) -> dict:
 
 
 def _create_tfrecord_files(F, ctx: Context) -> dict:
-    from create_pretraining_data import dupe_factor
+    from create_pretraining_data import dupe_factor, instance_options
     from data.pretraining.stage import create_tfrecord_files
 
     vocab_file, spm_model_file = _default_vocab(F, ctx.root)
@@ -331,14 +331,7 @@ def _create_tfrecord_files(F, ctx: Context) -> dict:
         vocab_file=vocab_file,
         spm_model_file=spm_model_file,
         do_lower_case=F.do_lower_case,
-        max_seq_length=F.max_seq_length,
-        max_predictions_per_seq=F.max_predictions_per_seq,
-        masked_lm_prob=F.masked_lm_prob,
-        short_seq_prob=F.short_seq_prob,
-        dupe_factor=dupe_factor(F),
-        random_seed=F.random_seed,
-        do_whole_word_mask=F.do_whole_word_mask,
-        masking=F.masking,
+        **instance_options(F),
         runtime=ctx.runtime,
     )
 
