@@ -177,7 +177,7 @@ def build_ours(spec: dict):
     from bert.config import read_config_file
     from bert.pretraining import BertPretrainer
     from training.distributed import Distributed
-    from training.pretraining_job import PretrainingSettings, update_of
+    from training.pretraining_job import PretrainingSettings, PretrainingTask
     from training.pretraining_objective import PretrainingObjective
 
     try:
@@ -204,7 +204,8 @@ def build_ours(spec: dict):
     model = job.build_model(
         lambda dtype: BertPretrainer(config, dtype=dtype), seed=s.seed, precision=s.precision, rank=dist.rank
     )
-    step = update_of(s, dist.size).build(
+    update = PretrainingTask().update(s, dist.size)  # what run_pretraining.py's job builds
+    step = update.build(
         model,
         PretrainingObjective(),
         warmup_steps=s.num_warmup_steps,

@@ -112,13 +112,6 @@ def _check_masking(s: PretrainingSettings, layout, files) -> None:
         )
 
 
-def update_of(s: PretrainingSettings, workers: int) -> job.Update:
-    """The update `s` asks for on `workers` workers (LAMB's or Adam's own decay)."""
-    return job.Update(
-        s.train_batch_size, s.num_accumulation_steps, s.learning_rate, workers, s.optimizer_type
-    )
-
-
 @dataclasses.dataclass(frozen=True)
 class PretrainingData:
     """Pretraining's plan.data: this worker's training records from the data order's start,
@@ -175,9 +168,6 @@ class PretrainingTask(Task):
         config = read_config_file(s.bert_config_file)
         job.check_model_files(config, s.vocab_file, s.max_seq_length, s.bert_config_file)
         return config, s.vocab_file
-
-    def update(self, s: PretrainingSettings, workers: int) -> job.Update:
-        return update_of(s, workers)
 
     def prepare(self, s: PretrainingSettings, plan: job.Plan, dist, out) -> Prepared:
         """Every glob matches files, each worker's files hold records of this max_seq_length /
