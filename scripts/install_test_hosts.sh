@@ -12,6 +12,11 @@ missing=()
 [[ -x /usr/bin/ssh && -x /usr/bin/ssh-keygen ]] || missing+=(openssh-client)
 command -v ip >/dev/null || missing+=(iproute2)
 [[ ${#missing[@]} -gt 0 ]] || exit 0
+# Test files run in parallel processes (scripts/test.sh): one install at a time, each waiting
+# for the one before it (which may have installed everything) and for dpkg's lock.
+if [[ -z "${BERT_INSTALL_LOCKED:-}" ]]; then
+  exec env BERT_INSTALL_LOCKED=1 flock /tmp/bert-tf2-apt.lock bash "${BASH_SOURCE[0]}" "$@"
+fi
 
 if [[ "$(id -u)" != 0 ]]; then
   echo "install_test_hosts.sh: ${missing[*]} missing and this is not root; install them as root." >&2
@@ -27,6 +32,6 @@ if [[ ! -e /usr/sbin/policy-rc.d ]]; then
   trap 'rm -f "$guard"' EXIT
 fi
 export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+apt-get -o DPkg::Lock::Timeout=600 update -qq
+apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 echo "install_test_hosts.sh: installed ${missing[*]}"

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Installs what is missing (scripts/setup.sh), then runs the whole test suite.
-# Extra arguments go to pytest, e.g. `bash scripts/test.sh -k checkpoints -x`.
+# Extra arguments go to pytest, e.g. `bash scripts/test.sh -k checkpoints -x`. The files run in
+# BERT_TEST_WORKERS processes (pytest-xdist; default 2, CI's cores), each file whole in one of them
+# (its module fixtures built once), the files with slow tests first (tests/conftest.py orders
+# them); `bash scripts/test.sh -n 0` runs everything in this one process.
 set -euo pipefail
 bash "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 # shellcheck source=scripts/find_python.sh
@@ -9,4 +12,4 @@ cd "$ROOT"
 export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}" HF_HUB_OFFLINE=1
 PATH="$(dirname "$PY"):$PATH"
 export PATH
-exec "$PY" -m pytest "$@"
+exec "$PY" -m pytest -n "${BERT_TEST_WORKERS:-2}" --dist loadfile "$@"

@@ -268,3 +268,15 @@ def pretraining_workspace(tmp_path, records: int = 2) -> dict:
         "BERT_CONFIG": str(tmp_path / "bert_config.json"),
         "RESULTS_DIR": str(tmp_path / "results"),
     }
+
+
+def pytest_collection_modifyitems(config, items):
+    """The files with the most slow tests run first, each file's tests in their own order.
+    scripts/test.sh runs the suite in two processes, each taking the next whole file as it
+    frees (pytest-xdist's loadfile): long files started first leave only short ones to even
+    out the end, and a file's module fixtures are built once."""
+    slow = {}
+    for item in items:
+        slow[item.path] = slow.get(item.path, 0) + (item.get_closest_marker("slow") is not None)
+    first_seen = {path: i for i, path in reversed(list(enumerate(item.path for item in items)))}
+    items.sort(key=lambda item: (-slow[item.path], first_seen[item.path]))

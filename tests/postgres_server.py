@@ -37,6 +37,16 @@ def install() -> str | None:
     only); None when it is missing and cannot be installed here (not root, no apt-get)."""
     if _bin_dir() or os.geteuid() != 0 or not shutil.which("apt-get"):
         return _bin_dir()
+    import fcntl
+
+    # Test files run in parallel processes (scripts/test.sh): one install at a time (the lock
+    # scripts/install_test_hosts.sh takes too), and none when the one before it installed the server.
+    with open("/tmp/bert-tf2-apt.lock", "a") as lock_file:
+        fcntl.flock(lock_file, fcntl.LOCK_EX)
+        return _bin_dir() or _apt_install()
+
+
+def _apt_install() -> str | None:
     # No system-wide "main" cluster: the tests start their own, and a second server on 5432 would
     # only take memory from CI's two cores' worth of machine. The flag is read by the package's
     # post-install script; --force-confold keeps this file over the package's copy.

@@ -203,6 +203,7 @@ def test_an_update_of_alike_lengths_runs_stacked_at_its_longest():
     assert alike[2]["masked_lm_positions"].shape.as_list() == [2, 3]
 
 
+@pytest.mark.slow
 def test_binned_updates_on_two_horovod_workers_end_where_padded_ones_end(data, tmp_path):
     env = worker_env()
     runs = {}
