@@ -71,6 +71,7 @@ GLUE = {
     "warmup_proportion": 0.1,
 }
 GLUE_TASK = "QNLI"
+TASKS = ("squad", "glue")
 HF_AS_GOOGLE = ("schedule", "steps", "epsilon", "head_init", "pad_embedding")
 # Our variants by default: Google's behaviour (the defaults), and the two flags that remove the
 # Google behaviours that cost quality against Hugging Face (docs/performance.md says how much).
@@ -419,17 +420,22 @@ def cached(path: str, fresh: bool, compute) -> dict:
     return result
 
 
-def parse_seeds(text: str) -> list[int]:
-    """ "5": seeds 1-5; "3,4,9": those seeds."""
-    if "," in text or not text.isdigit():
-        return [int(s) for s in text.split(",") if s.strip()]
-    return list(range(1, int(text) + 1))
+def seed_list(text: str) -> list[int]:
+    """--seeds: "5": seeds 1-5; "3,4,9": those seeds."""
+    if text.isdigit():
+        return list(range(1, int(text) + 1))
+    return harness.comma_list(int)(text)
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--seeds", default="5", help="N (seeds 1..N) or a comma list (default 5)")
-    p.add_argument("--tasks", default="squad,glue", help="squad, glue or both (default both)")
+    p.add_argument("--seeds", type=seed_list, default="5", help="N (seeds 1..N) or a comma list (default 5)")
+    p.add_argument(
+        "--tasks",
+        type=harness.comma_list(choices=TASKS),
+        default="squad,glue",
+        help="squad, glue or both (default both)",
+    )
     p.add_argument("--work_dir", default=os.path.join(ROOT, "results", "bench_finetune_quality"))
     p.add_argument(
         "--ours",
@@ -440,6 +446,7 @@ def main(argv=None) -> int:
     )
     p.add_argument(
         "--hf_as_google",
+        type=harness.comma_list(choices=HF_AS_GOOGLE),
         default="",
         help=f"Google's behaviours for the Hugging Face side, comma-separated: {', '.join(HF_AS_GOOGLE)}",
     )
@@ -449,15 +456,9 @@ def main(argv=None) -> int:
     )
     p.add_argument("--dev_questions", type=int, help="first dev questions kept (default: all 279)")
     args = p.parse_args(argv)
-    seeds, tasks = parse_seeds(args.seeds), [t for t in args.tasks.split(",") if t]
+    seeds, tasks = args.seeds, args.tasks
     variants = args.ours if args.ours is not None else list(OURS_VARIANTS)
-    as_google = sorted(b for b in args.hf_as_google.split(",") if b)
-    for name in as_google:
-        if name not in HF_AS_GOOGLE:
-            p.error(f"--hf_as_google: unknown behaviour {name!r} (one of {', '.join(HF_AS_GOOGLE)}).")
-    for task in tasks:
-        if task not in ("squad", "glue"):
-            p.error(f"--tasks: unknown task {task!r} (squad or glue).")
+    as_google = sorted(args.hf_as_google)
     files = prepare(args.work_dir, args.train_questions, args.dev_questions)
     harness.log(f"data ready under {args.work_dir}")
     data_key = (

@@ -22,10 +22,14 @@ CPU seconds are wait4's at the exit (user + system, the child's own and those of
 it reaped). The descendants' share is read while they run (/proc/<pid>/stat): the child's count of
 those it has reaped (cutime + cstime) or, where larger (a pool reaped at the exit), the sum of each
 descendant's own as last read.
+
+Flags: every script's comma-separated options go through `comma_list` (an argparse type), so a
+list is split, converted and checked alike everywhere, and a bad item stops the run with its name.
 """
 
 from __future__ import annotations
 
+import argparse
 import collections
 import dataclasses
 import json
@@ -435,3 +439,51 @@ def package_version(*names: str) -> str:
         except metadata.PackageNotFoundError:
             continue
     return "not installed"
+
+
+# ------------------------------------------------------------------------------------- flags
+
+_KIND_NAMES = {int: "an integer", float: "a number"}  # what comma_list says a bad item is not
+
+
+def comma_list(
+    kind: Callable[[str], T] = str, choices: Iterable | None = None, *, allow_empty: bool = True
+) -> Callable[[str], list[T]]:
+    """An argparse `type=` for a comma-separated flag: "a, b,,c" -> [kind("a"), kind("b"), kind("c")]
+    (blanks stripped, empty items skipped). An item that `kind` cannot convert or that is not among
+    `choices` (compared after conversion), or no item at all unless allow_empty, raises
+    argparse.ArgumentTypeError naming it, which argparse reports with the flag's name (exit 2).
+    A `kind` may raise ArgumentTypeError itself to say what it takes (positive_int does)."""
+    allowed = None if choices is None else tuple(choices)
+    listing = None if allowed is None else ", ".join(map(str, allowed))
+    what = _KIND_NAMES.get(kind, f"a valid {getattr(kind, '__name__', 'value')}")
+
+    def parse(text: str) -> list[T]:
+        values = []
+        for item in (part.strip() for part in text.split(",")):
+            if not item:
+                continue
+            try:
+                value = kind(item)
+            except (TypeError, ValueError):
+                raise argparse.ArgumentTypeError(f"{item!r} is not {what}.") from None
+            if allowed is not None and value not in allowed:
+                raise argparse.ArgumentTypeError(f"{item!r} is not one of {listing}.")
+            values.append(value)
+        if not values and not allow_empty:
+            of = f" of {listing}" if listing else ""
+            raise argparse.ArgumentTypeError(f"no value given; give at least one{of}.")
+        return values
+
+    return parse
+
+
+def positive_int(text: str) -> int:
+    """An argparse `type=` (or a comma_list kind) for an integer of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer.")
+    return value

@@ -57,8 +57,13 @@ def parse_args(argv=None) -> argparse.Namespace:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--model", default="base", choices=sorted(CONFIGS))
-    parser.add_argument("--tasks", default="glue,squad", help="comma-separated: glue, squad")
-    parser.add_argument("--batch_sizes", default="1,8")
+    parser.add_argument(
+        "--tasks",
+        type=harness.comma_list(choices=SEQ_LENGTHS),
+        default="glue,squad",
+        help="comma-separated: glue, squad",
+    )
+    parser.add_argument("--batch_sizes", type=harness.comma_list(int), default="1,8")
     parser.add_argument("--requests", type=int, default=50, help="timed requests per row")
     parser.add_argument("--warmup", type=int, default=5, help="untimed requests first")
     parser.add_argument("--quick", action="store_true", help="tiny model, 10 requests")
@@ -93,10 +98,10 @@ def measure(config, args) -> list[list]:
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for task in args.tasks.split(","):
+        for task in args.tasks:
             paths = serving_paths(config, task, tmp)
             seq = SEQ_LENGTHS[task]
-            for batch in (int(b) for b in args.batch_sizes.split(",")):
+            for batch in args.batch_sizes:
                 inputs = random_inputs(config.vocab_size, batch, seq)
                 tensors = {k: tf.constant(v) for k, v in inputs.items()}
                 for path, call in paths.items():

@@ -147,24 +147,21 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     parser.add_argument("--files", type=int, default=16)
     parser.add_argument("--records", type=int, default=4000, help="records per file (phase 2: a quarter)")
-    parser.add_argument("--workers", default="1,8", help="worker counts; worker 0 is measured")
-    parser.add_argument("--phases", default="1,2")
+    parser.add_argument(
+        "--workers", type=harness.comma_list(int), default="1,8", help="worker counts; worker 0 is measured"
+    )
+    parser.add_argument("--phases", type=harness.comma_list(int, choices=PHASES), default="1,2")
     parser.add_argument("--window", type=int, default=10000)
     parser.add_argument("--seconds", type=float, default=5.0, help="per measurement")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument(
         "--maskings",
+        type=harness.comma_list(choices=MASKINGS, allow_empty=False),
         default=",".join(MASKINGS),
         help="record layouts: static (masked when written), dynamic (masked as read), "
         "dynamic_wwm (whole words); static first: the per-worker-files peer reads it",
     )
-    args = parser.parse_args(argv)
-    args.phases = [int(p) for p in args.phases.split(",")]
-    args.workers = [int(w) for w in args.workers.split(",")]
-    args.maskings = [m for m in args.maskings.split(",") if m]
-    if not args.maskings or any(m not in MASKINGS for m in args.maskings):
-        parser.error(f"--maskings takes some of {', '.join(MASKINGS)}")
-    return args
+    return parser.parse_args(argv)
 
 
 def write_phase(directory, phase, args, masking="static"):

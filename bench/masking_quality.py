@@ -181,14 +181,18 @@ def parse_args(argv=None) -> argparse.Namespace:
         default=600,
         help=f"pretraining updates, phase 1 90%% (the quickstart's budget: {PRESET_STEPS})",
     )
-    parser.add_argument("--seeds", default="12345", help="comma-separated; each masking runs with each")
+    parser.add_argument(
+        "--seeds",
+        type=harness.comma_list(int),
+        default="12345",
+        help="comma-separated; each masking runs with each",
+    )
     parser.add_argument(
         "--work_dir",
         default=os.path.join(tempfile.gettempdir(), "bert-tf2-bench", "masking-quality"),
         help="data (kept: a second run skips its preparation) and runs",
     )
     args = parser.parse_args(argv)
-    args.seeds = [int(s) for s in args.seeds.split(",") if s]
     if args.train_steps < 10:
         parser.error("--train_steps must be at least 10 (phase 2 gets a tenth)")
     return args

@@ -180,30 +180,29 @@ def run_combination(spec: dict, timeout_s: float) -> dict:
         return {"error": harness.error_cell(str(err), ERROR_WIDTH)}
 
 
-def parse_batch_sizes(text: str | None, models: list[str]) -> dict[str, int]:
-    sizes = {m: DEFAULT_BATCH_SIZES.get(m, FALLBACK_BATCH_SIZE) for m in models}
-    if not text:
-        return sizes
+def batch_sizes_flag(text: str) -> dict[str | None, int]:
+    """--batch_sizes: "8" -> {None: 8} (every model); "tiny=32,base=4" -> {"tiny": 32, "base": 4}."""
     if "=" not in text:
-        return {m: positive_int(text, "--batch_sizes") for m in models}
-    for item in text.split(","):
-        name, _, value = item.partition("=")
-        if name.strip() not in sizes:
-            raise SystemExit(
-                f"--batch_sizes names {name.strip()!r}, which is not in --models ({','.join(models)})."
-            )
-        sizes[name.strip()] = positive_int(value, "--batch_sizes")
-    return sizes
+        return {None: harness.positive_int(text)} if text.strip() else {}
+    return dict(harness.comma_list(model_batch_size)(text))
 
 
-def positive_int(text: str, flag: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value <= 0:
-        raise SystemExit(f"{flag}: {text!r} is not a positive integer.")
-    return value
+def model_batch_size(item: str) -> tuple[str, int]:
+    """One name=int item of --batch_sizes."""
+    name, sep, value = item.partition("=")
+    if not sep:
+        raise argparse.ArgumentTypeError(
+            f"{item!r} is not name=int; give one int for every model, or name=int pairs."
+        )
+    return name.strip(), harness.positive_int(value.strip())
+
+
+def batch_sizes_for(sizes: dict[str | None, int], models: list[str]) -> dict[str, int]:
+    """{model: batch}: --batch_sizes' (batch_sizes_flag) where it gives one, else the default."""
+    for name in sizes:
+        if name is not None and name not in models:
+            raise SystemExit(f"--batch_sizes names {name!r}, which is not in --models ({','.join(models)}).")
+    return {m: sizes.get(m, sizes.get(None, DEFAULT_BATCH_SIZES.get(m, FALLBACK_BATCH_SIZE))) for m in models}
 
 
 def config_path(model: str, seq_length: int) -> str:
@@ -257,6 +256,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--models",
+        type=harness.comma_list(),
         default=None,
         help="comma list of configs/bert_<name>.json names or .json paths "
         "(default tiny,small,base; --quick: tiny)",
@@ -282,14 +282,20 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--batch_sizes",
+        type=batch_sizes_flag,
         default=None,
         help="one int for all models, or name=int pairs, e.g. tiny=32,base=4 "
         "(default tiny=32,small=16,base=8; --quick: 8)",
     )
     parser.add_argument(
-        "--precisions", default="float32,mixed_bfloat16", help=f"comma list of {', '.join(PRECISIONS)}"
+        "--precisions",
+        type=harness.comma_list(choices=PRECISIONS),
+        default="float32,mixed_bfloat16",
+        help=f"comma list of {', '.join(PRECISIONS)}",
     )
-    parser.add_argument("--xla", default="on,off", help="on, off or on,off")
+    parser.add_argument(
+        "--xla", type=harness.comma_list(choices=("on", "off")), default="on,off", help="on, off or on,off"
+    )
     parser.add_argument(
         "--threads",
         type=int,
@@ -311,22 +317,12 @@ def parse_args(argv=None) -> argparse.Namespace:
 def combinations(args: argparse.Namespace) -> list[dict]:
     """The child specs of every model x precision x XLA setting, checked; float32 / XLA off of a
     model comes first, so its reference row exists before its variants."""
-    default_models = "tiny" if args.quick else ",".join(DEFAULT_MODELS)
-    models = [m.strip() for m in (args.models or default_models).split(",") if m.strip()]
+    models = args.models or (["tiny"] if args.quick else list(DEFAULT_MODELS))
     steps = args.steps or (2 if args.quick else 3)
     repeats = args.repeats or (2 if args.quick else 5)
     warmup = args.warmup or (1 if args.quick else 2)
-    batch_sizes = parse_batch_sizes(args.batch_sizes or ("8" if args.quick else None), models)
-    precisions = [p.strip() for p in args.precisions.split(",") if p.strip()]
-    for p in precisions:
-        if p not in PRECISIONS:
-            raise SystemExit(f"--precisions: {p!r} is not one of {', '.join(PRECISIONS)}.")
-    xla_modes = []
-    for x in args.xla.split(","):
-        if x.strip() not in ("on", "off"):
-            raise SystemExit(f"--xla: {x!r} is not 'on' or 'off'.")
-        xla_modes.append(x.strip() == "on")
-    xla_modes.sort()
+    batch_sizes = batch_sizes_for(args.batch_sizes or ({None: 8} if args.quick else {}), models)
+    xla_modes = sorted(x == "on" for x in args.xla)
     if args.seq_length < 8 or args.max_predictions < 1 or min(steps, repeats, warmup) < 1:
         raise SystemExit(
             "--seq_length must be >= 8 and --max_predictions, --steps, --repeats, --warmup >= 1."
@@ -348,7 +344,7 @@ def combinations(args: argparse.Namespace) -> list[dict]:
             "seed": args.seed,
         }
         for model in models
-        for precision in precisions
+        for precision in args.precisions
         for xla in xla_modes
     ]
 

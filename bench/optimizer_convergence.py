@@ -153,7 +153,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--vocab_size", type=int, default=8192)
     parser.add_argument("--eval_batches", type=int, default=50)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--runs", default="a,b,c")
+    parser.add_argument(
+        "--runs",
+        type=harness.comma_list(choices=("a", "b", "c")),
+        default="a,b,c",
+        help="runs to do, of a, b, c (the module docstring's)",
+    )
     parser.add_argument(
         "--xla",
         choices=("on", "off"),
@@ -181,7 +186,7 @@ def main(argv=None):
         vocab_size = sum(1 for _ in f)
     runs = runs_of(args)
     rows = []
-    for key in args.runs.split(","):
+    for key in args.runs:
         run = runs[key]
         print(f"{run.name}: lr {run.learning_rate:.2e}", file=sys.stderr, flush=True)
         r = train(run, args, train_glob, test_glob, vocab_size)

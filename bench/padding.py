@@ -386,7 +386,12 @@ def glue_rows(vocab: str, corpus: str, args) -> list:
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--work_dir", default=os.path.join(ROOT, "results", "bench_padding"))
-    p.add_argument("--bins", default="0,32,64,128", help="bin sizes; 0 (padded) is the ratios' base")
+    p.add_argument(
+        "--bins",
+        type=harness.comma_list(int),
+        default="0,32,64,128",
+        help="bin sizes; 0 (padded) is the ratios' base",
+    )
     p.add_argument("--repeats", type=int, default=3, help="interleaved rounds")
     p.add_argument("--updates", type=int, default=2, help="updates per round and bin")
     p.add_argument("--warmup", type=int, default=4, help="updates before the clock (compiles every shape)")
@@ -398,15 +403,16 @@ def parse_args(argv=None):
     )
     p.add_argument("--only", choices=("pretraining", "squad", "glue"), action="append")
     p.add_argument(
-        "--recipes", default=",".join(RECIPES), help=f"global batches to run ({', '.join(RECIPES)})"
+        "--recipes",
+        type=harness.comma_list(choices=RECIPES),
+        default=",".join(RECIPES),
+        help=f"global batches to run ({', '.join(RECIPES)})",
     )
     p.add_argument("--vocab", help="with --corpus: GLUE's rows from these, without the quickstart's data")
     p.add_argument("--corpus", help="sentences for GLUE's SST-2-like rows (default: the quickstart corpus)")
     p.add_argument("--glue_rows", type=int, default=872, help="SST-2-like sentences (SST-2's dev size)")
     p.add_argument("--timeout_s", type=float, default=3600, help="per group of rows")
     args = p.parse_args(argv)
-    args.bins = [int(b) for b in args.bins.split(",")]
-    args.recipes = args.recipes.split(",")
     if 0 not in args.bins:
         args.bins.insert(0, 0)
     return args

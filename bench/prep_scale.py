@@ -263,11 +263,17 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--xml_mb", type=float, default=30.0, help="size of the generated dump's XML in MB")
     parser.add_argument("--seed", type=int, default=0, help="seed of the generated dump")
-    parser.add_argument("--processes", default="1,2", help="process counts to run, comma-separated (1 first)")
+    parser.add_argument(
+        "--processes",
+        type=harness.comma_list(int),
+        default="1,2",
+        help="process counts to run, comma-separated (1 first)",
+    )
     parser.add_argument("--cores", type=int, default=16, help="cores of the node the projection is for")
     parser.add_argument("--shard_mb", type=float, default=1.0, help="formatted text per shard, MB")
     parser.add_argument(
         "--maskings",
+        type=harness.comma_list(choices=MASKINGS, allow_empty=False),
         default="static,dynamic",
         help=f"TFRecord stages to run: static (dupe {STATIC_DUPE}), dynamic (dupe 1), or both",
     )
@@ -284,12 +290,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     parser.add_argument("--work_dir", default=None, help="where the stages write (default: a temporary dir)")
     args = parser.parse_args(argv)
-    args.counts = [int(p) for p in args.processes.split(",") if p]
-    if not args.counts or args.counts[0] != 1 or any(p < 1 for p in args.counts):
+    if not args.processes or args.processes[0] != 1 or any(p < 1 for p in args.processes):
         parser.error("--processes must start with 1 (the projection divides by one process's times)")
-    args.maskings = [m for m in MASKINGS if m in args.maskings.split(",")]
-    if not args.maskings:
-        parser.error("--maskings must name static, dynamic or both")
+    args.maskings = [m for m in MASKINGS if m in args.maskings]  # in the stages' order, once each
     return args
 
 
@@ -598,12 +601,12 @@ def main(argv=None):
         return
     args = parse_args(argv)
     dump, generated = dump_path(args.cache_dir, args.xml_mb, args.seed)
-    runs = run_counts(dump, args.counts, args.shard_mb, args.work_dir, args.maskings, args.breakdown_mb)
+    runs = run_counts(dump, args.processes, args.shard_mb, args.work_dir, args.maskings, args.breakdown_mb)
     breakdown = runs.pop("_breakdown", None)
-    print(stage_table(generated, runs, args.counts))
+    print(stage_table(generated, runs, args.processes))
     if len(args.maskings) == 2:
         print()
-        print(comparison_table(runs, args.counts))
+        print(comparison_table(runs, args.processes))
     if breakdown:
         print()
         print(breakdown_table(breakdown))

@@ -475,13 +475,21 @@ def runs_table(rows) -> str:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    """The flags, with --sizes, --runs and --native_variants parsed into lists (and a `parts` flag:
-    whether the native_parts run is wanted)."""
+    """The flags, with --runs as the RUNS entries it names (and a `parts` flag: whether the
+    native_parts run is wanted)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", default="20", help="corpus sizes in MB, comma-separated (default 20)")
+    parser.add_argument(
+        "--sizes",
+        type=harness.comma_list(float),
+        default="20",
+        help="corpus sizes in MB, comma-separated (default 20)",
+    )
     names = [r.name for r in RUNS] + [NATIVE_PARTS_RUN]
     parser.add_argument(
-        "--runs", default=",".join(names), help=f"runs to do, comma-separated, of: {', '.join(names)}"
+        "--runs",
+        type=harness.comma_list(choices=names, allow_empty=False),
+        default=",".join(names),
+        help=f"runs to do, comma-separated, of: {', '.join(names)}",
     )
     parser.add_argument(
         "--cache_dir",
@@ -491,6 +499,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=3, help=f"rounds of the {NATIVE_PARTS_RUN} tables")
     parser.add_argument(
         "--native_variants",
+        type=harness.comma_list(choices=NATIVE_VARIANTS, allow_empty=False),
         default=",".join(NATIVE_VARIANTS),
         help=f"end-to-end variants of the {NATIVE_PARTS_RUN} table (the first is the "
         f"baseline), of: {', '.join(NATIVE_VARIANTS)}",
@@ -499,15 +508,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args._child:
         return args
-    wanted = args.runs.split(",")
-    args.sizes = [float(s) for s in args.sizes.split(",") if s]
-    args.parts = NATIVE_PARTS_RUN in wanted
-    args.runs = [r for r in RUNS if r.name in wanted]
-    args.native_variants = [v for v in args.native_variants.split(",") if v]
-    if not args.runs and not args.parts:
-        parser.error(f"no known run in {','.join(wanted)!r}")
-    if any(v not in NATIVE_VARIANTS for v in args.native_variants) or not args.native_variants:
-        parser.error(f"--native_variants takes some of {', '.join(NATIVE_VARIANTS)}")
+    args.parts = NATIVE_PARTS_RUN in args.runs
+    args.runs = [r for r in RUNS if r.name in args.runs]  # in RUNS' order, once each
     return args
 
 

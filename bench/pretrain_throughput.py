@@ -92,7 +92,7 @@ sys.path.insert(0, ROOT)
 # This checkout's bench modules, in a --baseline child too (they import no library module at the
 # top, so the library still comes from CODE_ROOT below).
 from bench import harness  # noqa: E402
-from bench.model_throughput import config_path, positive_int, random_pretraining_batch  # noqa: E402
+from bench.model_throughput import config_path, random_pretraining_batch  # noqa: E402
 
 # Where the library is imported from: this checkout, or (in a --baseline child) a worktree of an
 # earlier revision.
@@ -486,16 +486,6 @@ def write_temporary_records(
     return os.path.join(directory, "*.tfrecord")
 
 
-def parse_list(text: str, allowed, flag: str) -> list[str]:
-    values = [v.strip() for v in text.split(",") if v.strip()]
-    for v in values:
-        if allowed is not None and v not in allowed:
-            raise SystemExit(f"{flag}: {v!r} is not one of {', '.join(allowed)}.")
-    if not values:
-        raise SystemExit(f"{flag} is empty.")
-    return values
-
-
 def parse_tfrecords(values: list[str] | None, seq_lengths: list[int]) -> dict[int, str]:
     """--tfrecords GLOB (every sequence length) or S=GLOB (one) -> {S: glob}; checks they match."""
     from common.errors import UserError
@@ -647,18 +637,34 @@ def parse_args(argv=None) -> argparse.Namespace:
         epilog="Defaults in brackets are the full run's; --quick narrows every list flag not given "
         "explicitly (mini, fp32, XLA on, synthetic, accumulation 1; 2 repeats x 2 steps).",
     )
+    counts = harness.comma_list(harness.positive_int, allow_empty=False)
+
+    def some_of(choices):
+        return harness.comma_list(choices=choices, allow_empty=False)
+
     parser.add_argument(
         "--models",
+        type=harness.comma_list(allow_empty=False),
         default=None,
         help="comma list of configs/bert_<name>.json names or .json paths [mini,base] "
         "(mini is L4/H256/A4/I1024, base L12/H768/A12/I3072)",
     )
     parser.add_argument(
-        "--seq_lengths", default=None, help="comma list [128]; 128,512 adds phase 2 (P 80, batch 4)"
+        "--seq_lengths",
+        type=counts,
+        default=None,
+        help="comma list [128]; 128,512 adds phase 2 (P 80, batch 4)",
     )
-    parser.add_argument("--precisions", default=None, help="comma list of fp32, bf16 [fp32,bf16]")
-    parser.add_argument("--xla", default=None, help="on, off or on,off [on,off]")
-    parser.add_argument("--data", default=None, help="comma list of synthetic, tfrecord [synthetic,tfrecord]")
+    parser.add_argument(
+        "--precisions", type=some_of(PRECISIONS), default=None, help="comma list of fp32, bf16 [fp32,bf16]"
+    )
+    parser.add_argument("--xla", type=some_of(("on", "off")), default=None, help="on, off or on,off [on,off]")
+    parser.add_argument(
+        "--data",
+        type=some_of(DATA),
+        default=None,
+        help="comma list of synthetic, tfrecord [synthetic,tfrecord]",
+    )
     parser.add_argument(
         "--tfrecords",
         action="append",
@@ -668,7 +674,10 @@ def parse_args(argv=None) -> argparse.Namespace:
         "'512=data/phase2/*'. Sequence lengths without files get small temporary ones",
     )
     parser.add_argument(
-        "--accumulation", default=None, help="comma list of micro-batches per update for ours [1,4]"
+        "--accumulation",
+        type=counts,
+        default=None,
+        help="comma list of micro-batches per update for ours [1,4]",
     )
     parser.add_argument(
         "--horovod_workers",
@@ -679,15 +688,20 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--baseline",
+        type=harness.comma_list(),
         default=None,
         metavar="REV[,REV]",
         help="also measure our update as it was at these git revisions (levers on/off) []",
     )
     parser.add_argument(
-        "--stacks", default="ours,keras-hub", help="comma list of ours, keras-hub [ours,keras-hub]"
+        "--stacks",
+        type=some_of(STACKS),
+        default="ours,keras-hub",
+        help="comma list of ours, keras-hub [ours,keras-hub]",
     )
     parser.add_argument(
         "--read_every",
+        type=counts,
         default="1",
         metavar="N[,N]",
         help="ours reads its updates' metrics back every N updates (the job reads at its log "
@@ -695,20 +709,22 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--batch_size",
-        type=int,
+        type=harness.positive_int,
         default=None,
         help="per-worker micro-batch B for every configuration [mini 32, base 16 at seq 128; 4 at 512]",
     )
     parser.add_argument(
         "--steps",
-        type=int,
+        type=harness.positive_int,
         default=None,
         help="timed micro-batches per repeat, in whole updates of ours [4; --quick: 2]",
     )
-    parser.add_argument("--repeats", type=int, default=None, help="interleaved timed repeats [3; --quick: 2]")
+    parser.add_argument(
+        "--repeats", type=harness.positive_int, default=None, help="interleaved timed repeats [3; --quick: 2]"
+    )
     parser.add_argument(
         "--warmup",
-        type=int,
+        type=harness.positive_int,
         default=None,
         help="untimed micro-batches before timing, in whole updates; the first update compiles [2]",
     )
@@ -771,13 +787,8 @@ def plan_from(args: argparse.Namespace) -> Plan:
     def pick(value, full, smoke):
         return value if value is not None else (smoke if args.quick else full)
 
-    def ints(text, flag):
-        return [positive_int(v, flag) for v in parse_list(text, None, flag)]
-
-    models = parse_list(pick(args.models, ",".join(DEFAULT_MODELS), "mini"), None, "--models")
-    seq_lengths = ints(pick(args.seq_lengths, "128", "128"), "--seq_lengths")
-    if args.batch_size is not None:
-        positive_int(str(args.batch_size), "--batch_size")
+    models = pick(args.models, list(DEFAULT_MODELS), ["mini"])
+    seq_lengths = pick(args.seq_lengths, [128], [128])
     if args.horovod_workers < 1:
         raise SystemExit(f"--horovod_workers must be at least 1 (got {args.horovod_workers}).")
     for s in seq_lengths:
@@ -786,21 +797,21 @@ def plan_from(args: argparse.Namespace) -> Plan:
     plan = Plan(
         models=models,
         seq_lengths=seq_lengths,
-        precisions=parse_list(pick(args.precisions, "fp32,bf16", "fp32"), PRECISIONS, "--precisions"),
-        xla_modes=[x == "on" for x in parse_list(pick(args.xla, "on,off", "on"), ("on", "off"), "--xla")],
-        data_modes=parse_list(pick(args.data, "synthetic,tfrecord", "synthetic"), DATA, "--data"),
-        accumulations=ints(pick(args.accumulation, "1,4", "1"), "--accumulation"),
-        stacks=parse_list(args.stacks, STACKS, "--stacks"),
-        read_every=ints(args.read_every, "--read_every"),
+        precisions=pick(args.precisions, list(PRECISIONS), ["fp32"]),
+        xla_modes=[x == "on" for x in pick(args.xla, ["on", "off"], ["on"])],
+        data_modes=pick(args.data, list(DATA), ["synthetic"]),
+        accumulations=pick(args.accumulation, [1, 4], [1]),
+        stacks=args.stacks,
+        read_every=args.read_every,
         worker_counts=[1],
-        steps=positive_int(str(pick(args.steps, 4, 2)), "--steps"),
-        repeats=positive_int(str(pick(args.repeats, 3, 2)), "--repeats"),
-        warmup=positive_int(str(pick(args.warmup, 2, 2)), "--warmup"),
+        steps=pick(args.steps, 4, 2),
+        repeats=pick(args.repeats, 3, 2),
+        warmup=pick(args.warmup, 2, 2),
         threads=args.threads or harness.usable_cores(),
         batch_size=args.batch_size,
         configs={(m, s): config_path(m, s) for m in models for s in seq_lengths},
         tfrecords=parse_tfrecords(args.tfrecords, seq_lengths),
-        baselines=parse_list(args.baseline, None, "--baseline") if args.baseline else [],
+        baselines=args.baseline or [],
         seed=args.seed,
         deterministic=args.deterministic == "on",
         timeout=args.timeout,

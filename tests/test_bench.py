@@ -3,6 +3,7 @@ prints its table: the header, one row of numbers per configuration), and the har
 measure with (bench/harness.py): peak memory as the child's own VmHWM, its workers' apart; events,
 failures and timeouts of a child; the interleaved order of repeats."""
 
+import argparse
 import os
 import re
 import subprocess
@@ -150,6 +151,65 @@ def test_interleaved_repeats_alternate_the_order():
         (0, "a"), (0, "b"), (0, "c"), (1, "c"), (1, "b"), (1, "a"), (2, "a"), (2, "b"), (2, "c"),
     ]  # fmt: skip
     assert harness.median_range([3.0, 1.0, 2.0]) == "2.00 (1.00-3.00)"
+
+
+def test_comma_list_converts_each_item_strips_blanks_and_skips_empty_ones():
+    assert harness.comma_list()(" a, b,,c ,") == ["a", "b", "c"]
+    assert harness.comma_list(int)("1, 8,") == [1, 8]
+    assert harness.comma_list(float)("0.2,20") == [0.2, 20.0]
+    assert harness.comma_list(int)("") == []
+    assert harness.comma_list(choices=("static", "dynamic"))("dynamic, static") == ["dynamic", "static"]
+    assert harness.comma_list(int, choices=(1, 2))("2,1") == [2, 1]  # compared after conversion
+    assert harness.comma_list(harness.positive_int)("4,1") == [4, 1]
+
+
+@pytest.mark.parametrize(
+    "parse, text, message",
+    [
+        (harness.comma_list(int), "1,x", "'x' is not an integer."),
+        (harness.comma_list(float), "0.5,big", "'big' is not a number."),
+        (
+            harness.comma_list(choices=("static", "dynamic")),
+            "static,bogus",
+            "'bogus' is not one of static, dynamic.",
+        ),
+        (harness.comma_list(int, choices=(1, 2)), "1,3", "'3' is not one of 1, 2."),
+        (harness.comma_list(harness.positive_int), "2,0", "'0' is not a positive integer."),
+        (harness.comma_list(allow_empty=False), " , ", "no value given; give at least one."),
+        (
+            harness.comma_list(choices=("on", "off"), allow_empty=False),
+            "",
+            "no value given; give at least one of on, off.",
+        ),
+    ],
+)
+def test_comma_list_rejects_a_bad_item_naming_it_and_what_is_allowed(parse, text, message):
+    with pytest.raises(argparse.ArgumentTypeError) as raised:
+        parse(text)
+    assert str(raised.value) == message
+
+
+def test_bench_list_flags_parse_their_string_defaults_and_given_lists():
+    from bench import input_order, prep_scale
+
+    defaults = input_order.parse_args([])
+    assert (defaults.phases, defaults.workers) == ([1, 2], [1, 8])
+    assert defaults.maskings == ["static", "dynamic", "dynamic_wwm"]
+    given = prep_scale.parse_args(["--processes", "1, 4", "--maskings", "dynamic,static"])
+    assert given.processes == [1, 4] and given.maskings == ["static", "dynamic"]  # the stages' order
+
+
+def test_a_bench_flag_with_an_unknown_name_stops_with_exit_2_and_the_flags_name():
+    # prep_scale used to drop an unknown masking silently and run the others.
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "prep_scale", "--maskings", "static,bogus"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "argument --maskings: 'bogus' is not one of static, dynamic." in done.stderr
 
 
 # --------------------------------------------------------------------- the front door
