@@ -12,4 +12,4 @@ cd "$ROOT"
 export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}" HF_HUB_OFFLINE=1
 PATH="$(dirname "$PY"):$PATH"
 export PATH
-exec "$PY" -m pytest -n "${BERT_TEST_WORKERS:-2}" --dist loadfile "$@"
+exec "$PY" -m pytest -n "${BERT_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder "$@"
