@@ -1,0 +1,223 @@
+"""azureml/: every job, compute and environment file loads with Azure ML's own SDK (offline: no
+workspace, no network), every job's command passes its launcher's --dry_run as one of the ranks
+Azure ML starts, the sweep searches run_tune's space for the metric our runs log, and specs that
+cannot run are refused."""
+
+from __future__ import annotations
+
+import glob
+import importlib.util
+import math
+import os
+
+import pytest
+import yaml
+
+pytest.importorskip("azure.ai.ml")
+from azure.ai.ml import load_compute, load_environment, load_job  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+AZUREML = os.path.join(ROOT, "azureml")
+JOBS = sorted(glob.glob(os.path.join(AZUREML, "jobs", "*.yml")))
+COMPUTES = sorted(glob.glob(os.path.join(AZUREML, "compute", "*.yml")))
+
+_spec = importlib.util.spec_from_file_location("azureml_submit", os.path.join(AZUREML, "submit.py"))
+submit = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(submit)
+
+
+@pytest.fixture(autouse=True)
+def _no_azure_profile(tmp_path, monkeypatch):
+    """Hermetic: the SDK never sees a user's ~/.azure or a workspace config."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("AZURE_CONFIG_DIR", str(tmp_path / "azure"))
+
+
+def _name(path: str) -> str:
+    return os.path.basename(path)[: -len(".yml")]
+
+
+def _write(tmp_path, spec: dict, name: str = "job.yml") -> str:
+    """A copy of a job spec beside the originals' relative paths (code: ../..) still resolving."""
+    folder = tmp_path / "azureml" / "jobs"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text(yaml.safe_dump(spec))
+    return str(path)
+
+
+def test_the_folder_holds_every_kind_of_job():
+    names = {_name(p) for p in JOBS}
+    assert {"data-prep", "data-prep-ranks", "pretrain", "pretrain-debug", "finetune-squad"} <= names
+    assert {"finetune-glue", "sweep-glue"} <= names
+
+
+@pytest.mark.parametrize("path", JOBS, ids=_name)
+def test_job_loads_and_passes_our_checks(path):
+    job = load_job(path)
+    spec = submit.check(path)
+    assert job.type == spec["type"]
+    assert spec["environment" if spec["type"] == "command" else "trial"]
+    if spec.get("distribution"):  # one process per GPU (or per node for the data stages)
+        assert job.distribution.type == "mpi"
+
+
+def test_environment_builds_from_the_repository_dockerfile():
+    env = load_environment(os.path.join(AZUREML, "environment.yml"))
+    assert os.path.realpath(os.path.join(AZUREML, env.build.path)) == ROOT
+    assert env.build.dockerfile_path == "Dockerfile"
+    assert os.path.isfile(os.path.join(ROOT, env.build.dockerfile_path))
+
+
+@pytest.mark.parametrize("path", COMPUTES, ids=_name)
+def test_compute_loads(path):
+    compute = load_compute(path)
+    assert compute.type == "amlcompute"
+    assert compute.min_instances == 0  # no idle nodes billed between jobs
+    assert compute.tier == ("low_priority" if "lowpri" in path else "dedicated")
+
+
+def test_pretraining_runs_fp16_on_nd40rs_v2_one_process_per_gpu():
+    for name in ("pretrain", "pretrain-debug"):
+        spec = submit.read_job(os.path.join(AZUREML, "jobs", f"{name}.yml"))
+        assert "--precision=fp16" in spec["command"]  # V100: no bf16
+        assert spec["compute"] == "azureml:nd40rs-v2"
+        assert spec["distribution"] == {"type": "mpi", "process_count_per_instance": 8}
+        assert spec["outputs"]["results"]["mode"] == "rw_mount"
+        # A fixed datastore folder: a re-submitted job mounts the same checkpoints and resumes.
+        assert spec["outputs"]["results"]["path"].startswith("azureml://datastores/")
+    assert (
+        submit.read_job(os.path.join(AZUREML, "jobs", "pretrain-debug.yml"))["resources"]["instance_count"]
+        == 1
+    )
+
+
+def _dry_run(spec, tmp_path):
+    result = submit.dry_run(spec, str(tmp_path / "work"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+@pytest.mark.parametrize("path", JOBS, ids=_name)
+def test_job_command_passes_the_launcher_dry_run(path, tmp_path):
+    spec = submit.read_job(path)
+    out = _dry_run(spec, tmp_path)
+    work = str(tmp_path / "work")
+    assert "dry run: nothing checked or started." in out
+    name = "data" if "data" in spec["outputs"] else "results"
+    assert os.path.join(work, "outputs", name) in out  # the datastore folder became the launcher's path
+    world = submit.world_size(spec)
+    if world > 1 and "prepare_data.py" not in submit._command_of(spec):
+        # Azure ML's mpirun started the ranks: the launcher runs the entry point in place.
+        assert f"workers: {world} (this process is one)" in out
+        assert "--use_horovod=true" in out
+
+
+def test_pretraining_dry_run_resolves_both_phases(tmp_path):
+    spec = submit.read_job(os.path.join(AZUREML, "jobs", "pretrain.yml"))
+    out = _dry_run(spec, tmp_path)
+    results = os.path.join(str(tmp_path / "work"), "outputs", "results")
+    assert "precision          = fp16, xla on" in out
+    assert f"--output_dir={results}/phase_1" in out
+    assert f"--init_checkpoint={results}/phase_1" in out  # phase 2 from phase 1, in the output
+    assert "global batch       = 131072 (64 per worker x 128 accumulation x 16 workers)" in out
+
+
+def test_submit_sets_nodes_gpus_and_the_worker_count_together(tmp_path, capsys):
+    status = submit.main(["pretrain", "--nodes", "4", "--input", "data=azureml://datastores/d/paths/x"])
+    out = capsys.readouterr().out
+    assert status == 0
+    assert "workers: 32 (this process is one)" in out
+    assert (
+        out.strip()
+        .splitlines()[-1]
+        .endswith(
+            "azureml/jobs/pretrain.yml --set resources.instance_count=4 distribution.process_count_per_instance=8 "
+            "inputs.num_gpus=32 inputs.data.path=azureml://datastores/d/paths/x"
+        )
+    )
+
+
+def test_sweep_space_is_run_tunes_default_space():
+    from tuning.search_space import DEFAULT_SPACE, build_space
+
+    spec = submit.read_job(os.path.join(AZUREML, "jobs", "sweep-glue.yml"))
+    space = spec["search_space"]
+    ours = build_space(None, {})
+    assert set(space) == set(DEFAULT_SPACE)
+    for name, dim in ours.items():
+        entry = space[name]
+        if dim.choices:
+            assert entry["type"] == "choice"
+            assert tuple(entry["values"]) == dim.choices
+        else:
+            assert entry["type"] == ("loguniform" if dim.log else "uniform")
+            bound = math.exp if dim.log else float
+            assert bound(entry["min_value"]) == pytest.approx(dim.low, rel=1e-12)
+            assert bound(entry["max_value"]) == pytest.approx(dim.high, rel=1e-12)
+    # Each dimension reaches the trial's command as the flag run_tune's trials pass.
+    for name, flag in (("learning_rate", "learning_rate"), ("train_batch_size", "batch_size")):
+        assert f"--{flag}=${{{{search_space.{name}}}}}" in spec["trial"]["command"]
+    assert "--epochs=${{search_space.num_train_epochs}}" in spec["trial"]["command"]
+    assert "--num_gpu=1" in spec["trial"]["command"]  # run_tune's trials: one GPU, rates as sampled
+
+
+def test_sweep_metric_and_bandit_policy():
+    from training import tasks
+
+    spec = submit.read_job(os.path.join(AZUREML, "jobs", "sweep-glue.yml"))
+    task = spec["inputs"]["task_name"]
+    # The metric run_tune maximises for the task: its first official dev metric, as log.jsonl names it.
+    assert spec["objective"] == {"goal": "maximize", "primary_metric": tasks.find(task).metrics(task)[0]}
+    job = load_job(os.path.join(AZUREML, "jobs", "sweep-glue.yml"))
+    assert job.early_termination.type == "bandit"
+    assert job.early_termination.slack_factor == 0.1
+
+
+def _copy(name: str) -> dict:
+    return submit.read_job(os.path.join(AZUREML, "jobs", f"{name}.yml"))
+
+
+def test_wrong_distribution_type_is_refused(tmp_path):
+    spec = _copy("pretrain")
+    spec["distribution"]["type"] = "mpii"
+    with pytest.raises(submit.JobError, match="schema refuses"):
+        submit.check(_write(tmp_path, spec))
+    spec["distribution"] = {"type": "pytorch", "process_count_per_instance": 8}  # valid for Azure ML
+    with pytest.raises(submit.JobError, match="use type: mpi"):
+        submit.check(_write(tmp_path, spec))
+
+
+def test_missing_input_is_refused(tmp_path):
+    spec = _copy("finetune-squad")
+    del spec["inputs"]["squad"]  # Azure ML's schema lets this through; the service would not
+    load_job(_write(tmp_path, spec))
+    with pytest.raises(submit.JobError, match=r"inputs\.squad\}\} but the job declares no inputs 'squad'"):
+        submit.check(_write(tmp_path, spec))
+
+
+def test_sweep_dimension_missing_is_refused(tmp_path):
+    spec = _copy("sweep-glue")
+    del spec["search_space"]["num_train_epochs"]
+    with pytest.raises(submit.JobError, match="no search_space 'num_train_epochs'"):
+        submit.check(_write(tmp_path, spec))
+
+
+def test_worker_count_that_disagrees_with_the_nodes_is_refused(tmp_path):
+    path = os.path.join(AZUREML, "jobs", "pretrain.yml")
+    with pytest.raises(submit.JobError, match=r"inputs\.num_gpus=16 but Azure ML starts 32"):
+        submit.check(path, {"resources.instance_count": 4})
+    # ... and the launcher refuses it too, on every rank, before any work.
+    spec = submit.read_job(path, {"inputs.num_gpus": 8})
+    result = submit.dry_run(spec, str(tmp_path / "work"))
+    assert result.returncode == 2
+    assert "num_gpus=8 but 16 worker processes were started" in result.stderr
+
+
+def test_a_data_stage_the_recipe_does_not_plan_is_refused(tmp_path):
+    spec = submit.read_job(
+        os.path.join(AZUREML, "jobs", "data-prep-ranks.yml"), {"inputs.stage_flags": "--n_training_shards 7"}
+    )
+    result = submit.dry_run(spec, str(tmp_path / "work"))
+    assert result.returncode != 0
+    assert "none of scripts/data_download.sh's planned commands" in result.stderr
