@@ -57,7 +57,7 @@ if [[ $# -gt 0 ]]; then
 else
   pythons+=(.)  # ruff finds the files itself and skips what pyproject.toml excludes
   [[ -f Dockerfile ]] && dockerfiles+=(Dockerfile)
-  for path in scripts/docker/Dockerfile.*; do
+  for path in scripts/docker/Dockerfile.* kubernetes/Dockerfile; do
     [[ -f "${path}" ]] && dockerfiles+=("${path}")
   done
   # Every *.sh and *.sub git tracks or would track (not what .gitignore keeps out, such as
