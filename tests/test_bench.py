@@ -26,7 +26,7 @@ def run_bench(script: str, *args: str) -> str:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=900,  # a guard against a hang: two test processes share the cores
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
     )
     assert done.returncode == 0, done.stderr[-3000:]
