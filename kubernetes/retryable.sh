@@ -23,13 +23,20 @@ if [[ ! "${retryable}" =~ ^[0-9]+$ ]] || (( retryable < 128 || retryable > 255 )
   exit 2
 fi
 
-"$@" &
-child=$!
+# The traps are set before COMMAND starts, so a signal that comes while it is starting is not
+# lost (it would end this script without a status of COMMAND's): it is passed on once COMMAND runs.
+child=""
+pending=""
 # shellcheck disable=SC2329  # called from the traps below
-relay() { kill "-$1" "${child}" 2>/dev/null || true; }
+relay() {
+  if [[ -n "${child}" ]]; then kill "-$1" "${child}" 2>/dev/null || true; else pending="$1"; fi
+}
 trap 'relay TERM' TERM
 trap 'relay USR1' USR1
 trap 'relay INT' INT
+"$@" &
+child=$!
+if [[ -n "${pending}" ]]; then relay "${pending}"; fi
 # wait returns early (status > 128) when a trapped signal arrives: wait again until the child has
 # ended; the last wait gives its own status (bash keeps the status of a child it reaped).
 while kill -0 "${child}" 2>/dev/null; do
