@@ -1,0 +1,256 @@
+"""A real one-node SLURM cluster on this machine for the tests: munged, slurmctld and slurmd
+(Debian's slurm-wlm and munge, installed by scripts/install_test_slurm.sh), started as root with
+a key, sockets, state and a slurm.conf made for the run under a temporary directory, talking on
+127.0.0.1 only. The node declares CPUS task slots (config_overrides: more than this machine's
+cores, as a GPU node has one task per GPU). The `slurm_cluster` fixture gives one per session."""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import time
+
+import psutil
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CPUS = 8  # scripts/run.sub's default --ntasks-per-node
+MARK = "BERT_TEST_SLURM_CLUSTER"  # in the daemons' environment, so teardown finds their children
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class SlurmError(Exception):
+    """The cluster could not be started; the message says which part and where its log is."""
+
+
+class SlurmCluster:
+    """munged + slurmctld + slurmd under `root`; `env` is the environment in which sbatch, scontrol
+    and the other client commands (and the jobs they submit) use this cluster."""
+
+    def __init__(self, root: str):
+        self.root = root
+        self.name = f"bert{os.getpid()}{secrets.token_hex(3)}"  # a fresh StateSaveLocation's name
+        self.node = socket.gethostname().split(".")[0]
+        self.conf = os.path.join(root, "slurm.conf")
+        self.munge_socket = os.path.join(root, "munge", "munge.socket")
+        self.env = dict(os.environ, SLURM_CONF=self.conf, **{MARK: self.name})
+        for name in [k for k in self.env if k.startswith(("SLURM_", "SBATCH_", "SRUN_", "SALLOC_"))]:
+            if name != "SLURM_CONF":
+                del self.env[name]  # an enclosing allocation's settings would steer the tests' jobs
+        self.daemons: dict[str, subprocess.Popen] = {}
+
+    def log(self, daemon: str) -> str:
+        return os.path.join(self.root, f"{daemon}.log")
+
+    def _write_config(self) -> None:
+        munge_dir = os.path.dirname(self.munge_socket)
+        os.makedirs(munge_dir, mode=0o700)
+        for d in ("state", "spool"):
+            os.makedirs(os.path.join(self.root, d))
+        key = os.path.join(munge_dir, "munge.key")
+        with open(os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400), "wb") as f:
+            f.write(secrets.token_bytes(128))
+        settings = {
+            "ClusterName": self.name,
+            "SlurmctldHost": f"{self.node}(127.0.0.1)",
+            "SlurmctldPort": _free_port(),
+            "SlurmdPort": _free_port(),
+            "SlurmUser": "root",
+            "SlurmdUser": "root",
+            "AuthType": "auth/munge",
+            "CredType": "cred/munge",
+            "AuthInfo": f"socket={self.munge_socket}",
+            "StateSaveLocation": os.path.join(self.root, "state"),
+            "SlurmdSpoolDir": os.path.join(self.root, "spool"),
+            "SlurmctldPidFile": os.path.join(self.root, "slurmctld.pid"),
+            "SlurmdPidFile": os.path.join(self.root, "slurmd.pid"),
+            "SlurmctldLogFile": self.log("slurmctld"),
+            "SlurmdLogFile": self.log("slurmd"),
+            "SlurmctldDebug": "info",
+            "SlurmdDebug": "info",
+            "SelectType": "select/cons_tres",
+            "SelectTypeParameters": "CR_CPU",
+            "ProctrackType": "proctrack/linuxproc",
+            "TaskPlugin": "task/none",
+            "MpiDefault": "none",
+            "JobAcctGatherType": "jobacct_gather/none",
+            "AccountingStorageType": "accounting_storage/none",
+            "SlurmdParameters": "config_overrides",
+            "PlugStackConfig": os.path.join(self.root, "plugstack.conf"),  # not the host's plugins
+            "JobRequeue": 1,
+            "ReturnToService": 2,
+            "MinJobAge": 3600,  # finished jobs stay visible to scontrol for the session
+            "SchedulerParameters": "sched_interval=2",
+        }
+        lines = [f"{k}={v}" for k, v in settings.items()]
+        lines.append(f"NodeName={self.node} NodeAddr=127.0.0.1 CPUs={CPUS} State=UNKNOWN")
+        lines.append(f"PartitionName=test Nodes={self.node} Default=YES MaxTime=INFINITE State=UP")
+        with open(settings["PlugStackConfig"], "w") as f:
+            f.write("")
+        with open(self.conf, "w") as f:
+            f.write("\n".join(lines) + "\n")
+
+    def _start(self, name: str, argv: list) -> None:
+        with open(self.log(name + ".out"), "w") as out:
+            self.daemons[name] = subprocess.Popen(
+                argv, env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+
+    def _wait(self, what: str, ready, timeout_s: float, log: str) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not ready():
+            for name, process in self.daemons.items():
+                if process.poll() is not None:
+                    raise SlurmError(
+                        f"{name} exited with status {process.returncode} before {what}; see {log}."
+                    )
+            if time.monotonic() > deadline:
+                raise SlurmError(f"no {what} after {timeout_s:.0f} s; see {log}.")
+            time.sleep(0.2)
+
+    def start(self, timeout_s: float = 120) -> None:
+        """Starts the three daemons in the foreground (children of this process) and waits until
+        sinfo shows the node idle."""
+        self._write_config()
+        munge_dir = os.path.dirname(self.munge_socket)
+        self._start(
+            "munged",
+            [
+                "munged",
+                "--foreground",
+                "--force",  # as root, with its files under a temporary directory
+                f"--socket={self.munge_socket}",
+                f"--key-file={munge_dir}/munge.key",
+                f"--pid-file={munge_dir}/munged.pid",
+                f"--seed-file={munge_dir}/munged.seed",
+                f"--log-file={self.log('munged')}",
+            ],
+        )
+        self._wait("munge socket", lambda: os.path.exists(self.munge_socket), timeout_s, self.log("munged"))
+        self._start("slurmctld", ["slurmctld", "-D", "-i", "-f", self.conf])
+        self._wait(
+            "slurmctld answering",
+            lambda: self.call("scontrol", "ping").returncode == 0,
+            timeout_s,
+            self.log("slurmctld"),
+        )
+        self._start("slurmd", ["slurmd", "-D", "-f", self.conf, "-N", self.node])
+        self._wait("idle node in sinfo", lambda: self.node_state() == "idle", timeout_s, self.log("slurmd"))
+
+    def call(self, *argv, timeout_s: float = 60) -> subprocess.CompletedProcess:
+        """Runs a SLURM client command against this cluster."""
+        return subprocess.run(argv, env=self.env, capture_output=True, text=True, timeout=timeout_s)
+
+    def node_state(self) -> str:
+        result = self.call("sinfo", "-h", "-N", "-o", "%t", "-n", self.node)
+        return result.stdout.strip() if result.returncode == 0 else ""
+
+    def sbatch(self, *argv, env: dict, cwd: str = ROOT) -> str:
+        """Submits a batch job from `cwd` with `env` (this cluster's SLURM_CONF added); its id."""
+        result = subprocess.run(
+            ["sbatch", "--parsable", *argv],
+            env={**env, "SLURM_CONF": self.conf},
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert result.returncode == 0, f"sbatch failed: {result.stderr}"
+        return result.stdout.strip().split(";")[0]
+
+    def job(self, job_id: str) -> dict:
+        """scontrol's fields of job `job_id` (JobState, Restarts, ExitCode, ...)."""
+        result = self.call("scontrol", "-o", "show", "job", job_id)
+        assert result.returncode == 0, f"scontrol show job {job_id}: {result.stderr}"
+        return dict(re.findall(r"(\S+?)=(\S*)", result.stdout))
+
+    def wait_job(self, job_id: str, done, timeout_s: float, what: str) -> dict:
+        """Polls job `job_id` until done(fields) holds; fails naming `what` and the last state."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            fields = self.job(job_id)
+            if done(fields):
+                return fields
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"job {job_id} not {what} after {timeout_s:.0f} s: JobState={fields.get('JobState')} "
+                    f"Reason={fields.get('Reason')}; see {self.root}"
+                )
+            time.sleep(0.5)
+
+    def _leftovers(self) -> list:
+        """Processes started for this cluster (daemons, slurmstepd, job tasks) still running."""
+        found = []
+        for process in psutil.process_iter():
+            try:
+                if process.pid != os.getpid() and process.environ().get(MARK) == self.name:
+                    found.append(process)
+            except psutil.Error:
+                continue
+        return found
+
+    def stop(self) -> None:
+        """Cancels every job, stops the daemons and kills whatever they left running."""
+        if "slurmctld" in self.daemons and self.daemons["slurmctld"].poll() is None:
+            self.call("scancel", "--full", "--state=RUNNING")
+            self.call("scancel", "--state=PENDING")
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and self.call("squeue", "-h", "-t", "RUNNING").stdout.strip():
+                time.sleep(0.5)
+        for name in ("slurmd", "slurmctld", "munged"):
+            process = self.daemons.get(name)
+            if process and process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+                try:
+                    process.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+        leftovers = self._leftovers()
+        for process in leftovers:
+            try:
+                process.kill()
+            except psutil.Error:
+                pass
+        psutil.wait_procs(leftovers, timeout=30)
+
+
+def install_and_start(root: str) -> SlurmCluster:
+    """Installs what is missing (scripts/install_test_slurm.sh) and starts a cluster under
+    `root`; fails the calling test with one sentence when either cannot be done."""
+    install = subprocess.run(
+        ["bash", os.path.join(ROOT, "scripts", "install_test_slurm.sh")], capture_output=True, text=True
+    )
+    if install.returncode != 0:
+        pytest.fail(f"SLURM tests need slurm-wlm and munge: {install.stderr.strip()}", pytrace=False)
+    if os.geteuid() != 0:
+        pytest.fail(
+            "SLURM tests start munged, slurmctld and slurmd as root: run them as root.", pytrace=False
+        )
+    cluster = SlurmCluster(root)
+    try:
+        cluster.start()
+    except (SlurmError, OSError, subprocess.TimeoutExpired) as e:
+        cluster.stop()
+        pytest.fail(f"the test SLURM cluster did not start: {e}", pytrace=False)
+    return cluster
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory):
+    """One running SLURM cluster for the session, stopped (with its jobs) at the end."""
+    cluster = install_and_start(str(tmp_path_factory.mktemp("slurm")))
+    yield cluster
+    cluster.stop()
+    assert not cluster._leftovers(), "the test SLURM cluster left processes running"
+    shutil.rmtree(os.path.join(cluster.root, "munge"), ignore_errors=True)  # the key

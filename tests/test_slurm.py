@@ -1,0 +1,193 @@
+"""scripts/run.sub under a real SLURM (tests/slurm_cluster.py: munged, slurmctld and slurmd on this
+machine): submitted with sbatch as docs/cluster.md tells users, HOROVOD_LAUNCHER=mpirun running the
+pretraining launcher with two workers in a one-node allocation. SLURM's own preemption signal
+(`scancel -b -s USR1`) stops the job with a checkpoint, run.sub requeues it, and the requeued job
+ends with exactly the weights of a job that was never stopped; a worker killed outright fails the
+job with the launcher's error instead of hanging it."""
+
+import json
+import os
+import signal
+import time
+
+import psutil
+import pytest
+import tensorflow as tf
+
+import tiny_pretraining as tiny
+from conftest import LAUNCH_ENV, ROOT, logged_steps, pretraining_workspace, worker_env
+from slurm_cluster import MARK, slurm_cluster  # noqa: F401 (the session's cluster, a fixture)
+from test_preemption import _assert_identical, _stopped_at
+
+pytestmark = pytest.mark.slow
+# Phase 1: 18 updates of 2 x 4 sequences, checkpoints every 10; phase 2: (20 - 18) x 8 / 8 = 2.
+TRAIN_STEPS, PHASE1_STEPS, PHASE2_STEPS = 20, 18, 2
+LAUNCHER_ARGS = [
+    "--num_gpus=2",
+    "--preset=cpu_tiny",
+    f"--train_steps={TRAIN_STEPS}",
+    "--train_batch_size_phase1=4",
+    "--train_batch_size_phase2=4",
+    "--num_accumulation_steps_phase2=1",
+    "--warmup_steps_phase1=2",
+    "--warmup_steps_phase2=1",
+    "--save_checkpoint_steps=10",
+    "--use_xla=false",
+    "--do_eval=false",
+    "--",
+    "--log_every_n_steps=1",  # the first update shows in log.jsonl: the notice comes after it
+]
+JOB_S = 600  # one job from submission to its end, on two shared cores
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    """The launcher's data and vocab, with the tests' tiny BERT (L2/H32) fitted to them."""
+    root = tmp_path_factory.mktemp("slurm_data")
+    env = pretraining_workspace(root, records=64)
+    config = dict(tiny.CONFIG, vocab_size=64, max_position_embeddings=512)
+    with open(env["BERT_CONFIG"], "w") as f:
+        json.dump(config, f)
+    return root, env
+
+
+def submit(cluster, workspace, name):
+    """`sbatch -N 1 --ntasks-per-node=2 scripts/run.sub bash scripts/run_pretraining_lamb.sh ...`
+    from the checkout, results under RESULTSDIR=<workspace>/<name>; (job id, results, log)."""
+    root, data_env = workspace
+    results, log = root / name, root / f"{name}.out"
+    env = {k: v for k, v in worker_env().items() if k not in LAUNCH_ENV}
+    env.update({k: v for k, v in data_env.items() if k != "RESULTS_DIR"})
+    env.update(HOROVOD_LAUNCHER="mpirun", RESULTSDIR=str(results), **{MARK: cluster.name})
+    job_id = cluster.sbatch(
+        "-N",
+        "1",
+        "--ntasks-per-node=2",
+        f"--output={log}",
+        "scripts/run.sub",
+        "bash",
+        "scripts/run_pretraining_lamb.sh",
+        *LAUNCHER_ARGS,
+        env=env,
+        cwd=ROOT,
+    )
+    return job_id, results, log
+
+
+def wait_for_step(cluster, job_id, output_dir, log, timeout_s=JOB_S):
+    """Waits until the job's log.jsonl in `output_dir` shows an update; fails when the job ends
+    or stalls first."""
+    deadline = time.monotonic() + timeout_s
+    while not logged_steps(os.path.join(output_dir, "log.jsonl")):
+        state = cluster.job(job_id)["JobState"]
+        assert state in ("PENDING", "CONFIGURING", "RUNNING"), f"job {job_id} is {state}: {_tail(log)}"
+        assert time.monotonic() < deadline, f"job {job_id} logged no update in {timeout_s} s: {_tail(log)}"
+        time.sleep(0.05)
+
+
+def _tail(log, chars=3000):
+    try:
+        return log.read_text()[-chars:]
+    except FileNotFoundError:
+        return f"(no {log})"
+
+
+def _final_step(output_dir):
+    return int(tf.train.latest_checkpoint(str(output_dir)).rsplit("-", 1)[1])
+
+
+@pytest.fixture(scope="module")
+def requeued(slurm_cluster, workspace):  # noqa: F811
+    """A job stopped by `scancel -b -s USR1` once it logged an update, and requeued; the same
+    command submitted again, to run uninterrupted while the requeued job waits to be eligible
+    (about 2 minutes: slurmctld holds a requeued job for its credentials' lifetime)."""
+    job_id, stopped, log = submit(slurm_cluster, workspace, "stopped")
+    wait_for_step(slurm_cluster, job_id, stopped / "phase_1", log)
+    notice = slurm_cluster.call("scancel", "-b", "-s", "USR1", job_id)
+    assert notice.returncode == 0, notice.stderr
+    fields = slurm_cluster.wait_job(job_id, lambda f: f["Restarts"] == "1", JOB_S, "requeued (Restarts=1)")
+    straight_id, straight, straight_log = submit(slurm_cluster, workspace, "straight")
+    return dict(
+        id=job_id,
+        results=stopped,
+        log=log,
+        fields=fields,
+        straight_id=straight_id,
+        straight=straight,
+        straight_log=straight_log,
+    )
+
+
+def test_usr1_from_scancel_stops_the_job_with_a_checkpoint_and_requeues_it(requeued):
+    assert requeued["fields"]["JobState"] in ("REQUEUED", "PENDING", "CONFIGURING", "RUNNING")
+    text = requeued["log"].read_text()
+    assert "stopped for a preemption (SIGUSR1): re-run the same command to continue" in text
+    assert f"[run.sub] stopped for a preemption with a checkpoint: requeueing job {requeued['id']}" in text
+    step = _stopped_at(text)
+    assert 1 <= step < PHASE1_STEPS  # mid-phase
+    assert tf.train.latest_checkpoint(str(requeued["results"] / "phase_1")).endswith(f"ckpt-{step}")
+
+
+def _finished(cluster, job_id, timeout_s=2 * JOB_S):
+    """Job `job_id`'s fields once it ended (not pending, requeued or running)."""
+    return cluster.wait_job(
+        job_id,
+        lambda f: f["JobState"] not in ("PENDING", "REQUEUED", "CONFIGURING", "RUNNING"),
+        timeout_s,
+        "finished",
+    )
+
+
+def _worker(cluster, output_dir, rank):
+    """The training process of `rank` writing to `output_dir`, among this cluster's processes."""
+    for process in psutil.process_iter():
+        try:
+            environ = process.environ()
+            if (
+                environ.get(MARK) == cluster.name
+                and environ.get("OMPI_COMM_WORLD_RANK") == str(rank)
+                and f"--output_dir={output_dir}" in process.cmdline()
+            ):
+                return process
+        except psutil.Error:
+            continue
+    raise AssertionError(f"no worker of rank {rank} writing {output_dir}")
+
+
+def test_a_worker_killed_outright_fails_the_job_with_the_launchers_error(slurm_cluster, workspace):  # noqa: F811
+    cluster = slurm_cluster
+    job_id, results, log = submit(cluster, workspace, "killed")
+    wait_for_step(cluster, job_id, results / "phase_1", log)
+    _worker(cluster, results / "phase_1", 1).send_signal(signal.SIGKILL)
+
+    fields = _finished(cluster, job_id, 300)
+    assert fields["JobState"] == "FAILED" and fields["ExitCode"] != "0:0", fields
+    assert fields["Restarts"] == "0"  # a failure is not a preemption: no requeue
+    text = log.read_text()
+    assert "run_pretraining_lamb.sh: error: phase 1 stopped with exit status" in text, text[-3000:]
+    assert not (results / "phase_2").exists()
+
+
+def test_the_requeued_job_resumes_and_ends_with_an_uninterrupted_jobs_weights(slurm_cluster, requeued):  # noqa: F811
+    cluster, job_id = slurm_cluster, requeued["id"]
+    straight = _finished(cluster, requeued["straight_id"])
+    assert (straight["JobState"], straight["ExitCode"], straight["Restarts"]) == ("COMPLETED", "0:0", "0")
+    fields = _finished(cluster, job_id)
+    assert (fields["JobState"], fields["ExitCode"], fields["Restarts"]) == ("COMPLETED", "0:0", "1"), _tail(
+        requeued["log"]
+    )
+
+    # One output file holds both runs of the job (run.sub's --open-mode=append).
+    first, second = requeued["log"].read_text().split(f"requeueing job {job_id}\n", 1)
+    step = _stopped_at(first)
+    assert f"Resuming from {requeued['results']}/phase_1/ckpt-{step}." in second
+    assert (
+        "== run_pretraining_lamb.sh: done" in second
+        and "Resuming" not in requeued["straight_log"].read_text()
+    )
+
+    stopped = requeued["results"]
+    assert _final_step(stopped / "phase_1") == _final_step(requeued["straight"] / "phase_1") == PHASE1_STEPS
+    assert _final_step(stopped / "phase_2") == PHASE2_STEPS
+    _assert_identical(stopped / "phase_1", requeued["straight"] / "phase_1", PHASE1_STEPS)
+    _assert_identical(stopped / "phase_2", requeued["straight"] / "phase_2", PHASE2_STEPS)
