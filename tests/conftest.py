@@ -1,7 +1,9 @@
 """Shared fixtures: the real MiniLM checkpoint, real sentences, tiny configs."""
 
 import os
+import shutil
 import sys
+import tempfile
 
 import numpy as np
 import pytest
@@ -10,6 +12,19 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+# One XLA compilation cache for the whole test run, shared by its processes (pytest-xdist's
+# workers and every run they start inherit the environment): the tests compile the same tiny
+# models many times over (a stopped run, its rerun and the uninterrupted run it must equal), and
+# a program compiled once is loaded from the cache after that. TensorFlow keys an entry by the
+# program's fingerprint and writes it under a temporary name, then renames it, so processes
+# sharing the directory never read half an entry. A run's own directory: nothing outlives it.
+XLA_CACHE_OWNER = "BERT_TEST_XLA_CACHE" not in os.environ
+if XLA_CACHE_OWNER:
+    os.environ["BERT_TEST_XLA_CACHE"] = tempfile.mkdtemp(prefix="bert-tf2-test-xla-")
+XLA_CACHE_FLAG = f"--tf_xla_persistent_cache_directory={os.environ['BERT_TEST_XLA_CACHE']}"
+if XLA_CACHE_FLAG not in os.environ.get("TF_XLA_FLAGS", ""):
+    os.environ["TF_XLA_FLAGS"] = f"{os.environ.get('TF_XLA_FLAGS', '')} {XLA_CACHE_FLAG}".strip()
 
 from tiny_pretraining import tiny_bert_config  # noqa: E402
 
@@ -280,3 +295,9 @@ def pytest_collection_modifyitems(config, items):
         slow[item.path] = slow.get(item.path, 0) + (item.get_closest_marker("slow") is not None)
     first_seen = {path: i for i, path in reversed(list(enumerate(item.path for item in items)))}
     items.sort(key=lambda item: (-slow[item.path], first_seen[item.path]))
+
+
+def pytest_unconfigure(config):
+    """The run's XLA cache goes with the process that made it (pytest's own, or xdist's controller)."""
+    if XLA_CACHE_OWNER:
+        shutil.rmtree(os.environ["BERT_TEST_XLA_CACHE"], ignore_errors=True)

@@ -70,3 +70,17 @@ def test_an_error_while_importing_is_still_shown():
     assert result.returncode == 1
     assert "ModuleNotFoundError" in result.stderr or "ImportError" in result.stderr
     assert "absl::InitializeLog" not in result.stderr
+
+
+def test_kerass_optional_integrations_wait_until_someone_asks_for_them():
+    result = _run(
+        "import sys\n"
+        "from common.tensorflow_startup import quiet_startup\n"
+        "quiet_startup()\n"
+        "import tensorflow as tf\n"
+        "print(int(tf.constant(2) * 3), sorted({'sklearn', 'matplotlib'} & set(sys.modules)))\n"
+        "import sklearn.metrics, matplotlib  # installed: they import as usual afterwards\n"
+        "print(sklearn.metrics.accuracy_score([1, 0], [1, 1]), matplotlib.__name__)\n"
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "6 []\n0.5 matplotlib\n"
