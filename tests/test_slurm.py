@@ -20,8 +20,9 @@ from slurm_cluster import MARK, slurm_cluster  # noqa: F401 (the session's clust
 from test_preemption import _assert_identical, _stopped_at
 
 pytestmark = pytest.mark.slow
-# Phase 1: 18 updates of 2 x 4 sequences, checkpoints every 10; phase 2: (20 - 18) x 8 / 8 = 2.
-TRAIN_STEPS, PHASE1_STEPS, PHASE2_STEPS = 20, 18, 2
+# Phase 1: 90 updates of 2 x 4 sequences (tens of ms each: seconds for the notice to land in the
+# phase), checkpoints every 50; phase 2: (100 - 90) x 8 / 8 = 10.
+TRAIN_STEPS, PHASE1_STEPS, PHASE2_STEPS = 100, 90, 10
 LAUNCHER_ARGS = [
     "--num_gpus=2",
     "--preset=cpu_tiny",
@@ -31,7 +32,7 @@ LAUNCHER_ARGS = [
     "--num_accumulation_steps_phase2=1",
     "--warmup_steps_phase1=2",
     "--warmup_steps_phase2=1",
-    "--save_checkpoint_steps=10",
+    "--save_checkpoint_steps=50",
     "--use_xla=false",
     "--do_eval=false",
     "--",
@@ -159,8 +160,11 @@ def test_a_worker_killed_outright_fails_the_job_with_the_launchers_error(slurm_c
     job_id, results, log = submit(cluster, workspace, "killed")
     wait_for_step(cluster, job_id, results / "phase_1", log)
     _worker(cluster, results / "phase_1", 1).send_signal(signal.SIGKILL)
+    killed = time.monotonic()
 
     fields = _finished(cluster, job_id, 300)
+    seconds = time.monotonic() - killed
+    assert seconds < 120, f"the job ended {seconds:.0f} s after its worker was killed"
     assert fields["JobState"] == "FAILED" and fields["ExitCode"] != "0:0", fields
     assert fields["Restarts"] == "0"  # a failure is not a preemption: no requeue
     text = log.read_text()
