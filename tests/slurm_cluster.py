@@ -43,11 +43,14 @@ class SlurmCluster:
         self.node = socket.gethostname().split(".")[0]
         self.conf = os.path.join(root, "slurm.conf")
         self.munge_socket = os.path.join(root, "munge", "munge.socket")
-        self.env = dict(os.environ, SLURM_CONF=self.conf, **{MARK: self.name})
-        for name in [k for k in self.env if k.startswith(("SLURM_", "SBATCH_", "SRUN_", "SALLOC_"))]:
-            if name != "SLURM_CONF":
-                del self.env[name]  # an enclosing allocation's settings would steer the tests' jobs
+        self.env = self.environment(os.environ)
         self.daemons: dict[str, subprocess.Popen] = {}
+
+    def environment(self, env) -> dict:
+        """`env` for this cluster: its SLURM_CONF and mark, without an enclosing allocation's
+        SLURM_*, SBATCH_*, SRUN_* and SALLOC_* settings (they would steer the tests' jobs)."""
+        kept = {k: v for k, v in env.items() if not k.startswith(("SLURM_", "SBATCH_", "SRUN_", "SALLOC_"))}
+        return {**kept, "SLURM_CONF": self.conf, MARK: self.name}
 
     def log(self, daemon: str) -> str:
         return os.path.join(self.root, f"{daemon}.log")
@@ -126,7 +129,7 @@ class SlurmCluster:
         self._start(
             "munged",
             [
-                "munged",
+                "/usr/sbin/munged",
                 "--foreground",
                 "--force",  # as root, with its files under a temporary directory
                 f"--socket={self.munge_socket}",
@@ -137,14 +140,14 @@ class SlurmCluster:
             ],
         )
         self._wait("munge socket", lambda: os.path.exists(self.munge_socket), timeout_s, self.log("munged"))
-        self._start("slurmctld", ["slurmctld", "-D", "-i", "-f", self.conf])
+        self._start("slurmctld", ["/usr/sbin/slurmctld", "-D", "-i", "-f", self.conf])
         self._wait(
             "slurmctld answering",
             lambda: self.call("scontrol", "ping").returncode == 0,
             timeout_s,
             self.log("slurmctld"),
         )
-        self._start("slurmd", ["slurmd", "-D", "-f", self.conf, "-N", self.node])
+        self._start("slurmd", ["/usr/sbin/slurmd", "-D", "-f", self.conf, "-N", self.node])
         self._wait("idle node in sinfo", lambda: self.node_state() == "idle", timeout_s, self.log("slurmd"))
 
     def call(self, *argv, timeout_s: float = 60) -> subprocess.CompletedProcess:
@@ -156,10 +159,10 @@ class SlurmCluster:
         return result.stdout.strip() if result.returncode == 0 else ""
 
     def sbatch(self, *argv, env: dict, cwd: str = ROOT) -> str:
-        """Submits a batch job from `cwd` with `env` (this cluster's SLURM_CONF added); its id."""
+        """Submits a batch job from `cwd` with `env` (made this cluster's); its id."""
         result = subprocess.run(
             ["sbatch", "--parsable", *argv],
-            env={**env, "SLURM_CONF": self.conf},
+            env=self.environment(env),
             cwd=cwd,
             capture_output=True,
             text=True,

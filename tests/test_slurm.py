@@ -59,7 +59,7 @@ def submit(cluster, workspace, name):
     results, log = root / name, root / f"{name}.out"
     env = {k: v for k, v in worker_env().items() if k not in LAUNCH_ENV}
     env.update({k: v for k, v in data_env.items() if k != "RESULTS_DIR"})
-    env.update(HOROVOD_LAUNCHER="mpirun", RESULTSDIR=str(results), **{MARK: cluster.name})
+    env.update(HOROVOD_LAUNCHER="mpirun", RESULTSDIR=str(results))
     job_id = cluster.sbatch(
         "-N",
         "1",
