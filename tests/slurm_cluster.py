@@ -1,7 +1,9 @@
 """A real one-node SLURM cluster on this machine for the tests: munged, slurmctld and slurmd
 (Debian's slurm-wlm and munge, installed by scripts/install_test_slurm.sh), started as root with
-a key, sockets, state and a slurm.conf made for the run under a temporary directory, talking on
-127.0.0.1 only. The node declares CPUS task slots (config_overrides: more than this machine's
+a key, sockets, state and a slurm.conf made for the run under a temporary directory, talking over
+the loopback interface. slurmctld and slurmd listen on the loopback address this machine's name
+resolves to (they bind to that name's address); where it resolves elsewhere, they talk on
+127.0.0.1 but listen on every address, accepting only requests signed with the run's munge key. The node declares CPUS task slots (config_overrides: more than this machine's
 cores, as a GPU node has one task per GPU). The `slurm_cluster` fixture gives one per session."""
 
 from __future__ import annotations
@@ -23,9 +25,9 @@ CPUS = 8  # scripts/run.sub's default --ntasks-per-node
 MARK = "BERT_TEST_SLURM_CLUSTER"  # in the daemons' environment, so teardown finds their children
 
 
-def _free_port() -> int:
+def _free_port(address: str) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((address, 0))
         return s.getsockname()[1]
 
 
@@ -41,6 +43,12 @@ class SlurmCluster:
         self.root = root
         self.name = f"bert{os.getpid()}{secrets.token_hex(3)}"  # a fresh StateSaveLocation's name
         self.node = socket.gethostname().split(".")[0]
+        try:
+            resolved = socket.gethostbyname(self.node)
+        except OSError:
+            resolved = ""
+        self.loopback_name = resolved.startswith("127.")
+        self.address = resolved if self.loopback_name else "127.0.0.1"
         self.conf = os.path.join(root, "slurm.conf")
         self.munge_socket = os.path.join(root, "munge", "munge.socket")
         self.env = self.environment(os.environ)
@@ -65,9 +73,9 @@ class SlurmCluster:
             f.write(secrets.token_bytes(128))
         settings = {
             "ClusterName": self.name,
-            "SlurmctldHost": f"{self.node}(127.0.0.1)",
-            "SlurmctldPort": _free_port(),
-            "SlurmdPort": _free_port(),
+            "SlurmctldHost": f"{self.node}({self.address})",
+            "SlurmctldPort": _free_port(self.address),
+            "SlurmdPort": _free_port(self.address),
             "SlurmUser": "root",
             "SlurmdUser": "root",
             "AuthType": "auth/munge",
@@ -95,8 +103,10 @@ class SlurmCluster:
             "MinJobAge": 3600,  # finished jobs stay visible to scontrol for the session
             "SchedulerParameters": "sched_interval=2",
         }
+        if self.loopback_name:
+            settings["CommunicationParameters"] = "NoCtldInAddrAny,NoInAddrAny"
         lines = [f"{k}={v}" for k, v in settings.items()]
-        lines.append(f"NodeName={self.node} NodeAddr=127.0.0.1 CPUs={CPUS} State=UNKNOWN")
+        lines.append(f"NodeName={self.node} NodeAddr={self.address} CPUs={CPUS} State=UNKNOWN")
         lines.append(f"PartitionName=test Nodes={self.node} Default=YES MaxTime=INFINITE State=UP")
         with open(settings["PlugStackConfig"], "w") as f:
             f.write("")
