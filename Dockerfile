@@ -104,16 +104,18 @@ ENV BERT_USE_SYSTEM_PYTHON=1 \
     HOROVOD_NCCL_LINK=${HOROVOD_NCCL_LINK} \
     HOROVOD_BUILD_CUDA_CC_LIST=${HOROVOD_BUILD_CUDA_CC_LIST}
 WORKDIR /workspace/bert
-COPY requirements.txt requirements-test.txt ./
+COPY requirements.txt requirements-test.txt requirements-azureml.txt ./
 COPY scripts/setup.sh scripts/find_python.sh scripts/horovod-0.28.1-tf2.21.patch scripts/
 # No GPU driver exists at build time: the CUDA stub libcuda (where the base has one) stands in
 # while Horovod is built and checked (as Horovod's own Dockerfile does), and the final ldconfig
 # drops it again so the real driver library that the NVIDIA container runtime mounts is the one
 # found at run time. pytest (at the version requirements-test.txt pins) lets the multi-worker
-# tests run here.
+# tests run here; requirements-azureml.txt (Azure ML's MLflow plugin) lets jobs there log their
+# metrics to the workspace.
 RUN if [ -d /usr/local/cuda/lib64/stubs ]; then ldconfig /usr/local/cuda/lib64/stubs; fi \
     && bash scripts/setup.sh \
     && python -m pip install --no-cache-dir "$(grep '^pytest==' requirements-test.txt)" \
+    && python -m pip install --no-cache-dir -r requirements-azureml.txt \
     && rm -rf /root/.cache/bert-tf2 \
     && ldconfig
 

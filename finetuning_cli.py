@@ -110,8 +110,9 @@ def entry_point(kind: tasks.TaskKind, define_task_flags, doc: str, prog: str):
 
     def run(F) -> int:
         from training import job
+        from training.tracking import MlflowTarget
 
-        job.run(settings_from_flags(F), task_of(kind, F))
+        job.run(settings_from_flags(F), task_of(kind, F), tracking=MlflowTarget.from_environ(os.environ))
         return 0
 
     return cli.entry_point(define_all, run, doc, prog)

@@ -94,8 +94,9 @@ def settings_from_flags(F):
 def run(F) -> int:
     from training import job
     from training.pretraining_job import PretrainingTask
+    from training.tracking import MlflowTarget
 
-    job.run(settings_from_flags(F), PretrainingTask())
+    job.run(settings_from_flags(F), PretrainingTask(), tracking=MlflowTarget.from_environ(os.environ))
     return 0
 
 

@@ -143,31 +143,68 @@ class Plan:
     resolved: dict = dataclasses.field(default_factory=dict)
 
 
-def run(s: JobSettings, task, stream=None) -> dict:
+def run(s: JobSettings, task, stream=None, tracking=None) -> dict:
     """Runs `task` (a training.task.Task; see the module docstring) with settings `s`; returns
     {"resolved", "model", "step" (of the weights it ends with), "train" (last metrics or None),
     "throughput" (or None)} plus the task's own results. Problems the user can fix raise
-    UserError before any model is built."""
+    UserError before any model is built. tracking: a training.tracking.MlflowTarget (or None):
+    rank 0 also logs the resolved settings, the training metrics and the evaluations there."""
     task.validate_settings(s)
     stream = stream if stream is not None else sys.stdout
     with worker(s.use_horovod, s.deterministic, stream) as (dist, out):
         p = plan(s, task, dist, out)
-        step = _build_step(s, task, p, dist, out)
-        result = {"resolved": p.resolved, "model": step.model, "train": None, "throughput": None}
-        result.update(task.result_fields())
-        log = None
-        if s.do_train:
-            result["train"], log = _train(s, task, p, step, out)
-            result["throughput"] = log.throughput()
-        elif p.resume_from:
-            from bert.checkpoints import load_weights
+        tracker = None
+        if dist.is_chief and tracking is not None:
+            from training.tracking import open_tracker
 
-            load_weights(step.model, p.resume_from)
-            task.loaded(p, out)
-        # Without training: the step of the weights (the output_dir's, else --init_checkpoint's).
-        result["step"] = weights_step(step, s.do_train, p.resume_from or s.init_checkpoint)
-        task.finish(s, p, step, result, log, out)
+            tracker = open_tracker(tracking, out)
+        failed = True
+        try:
+            if tracker is not None:
+                tracker.params(p.resolved)
+            result = _run_planned(s, task, p, dist, out, tracker)
+            failed = False
+        finally:
+            if tracker is not None:
+                tracker.close(failed)
     return result
+
+
+def _run_planned(s: JobSettings, task, p: Plan, dist, out, tracker) -> dict:
+    """run's steps once planned: the model and its step, training, the task's finish; the final
+    evaluation (the eval_results.json this run wrote) to the tracker."""
+    step = _build_step(s, task, p, dist, out)
+    result = {"resolved": p.resolved, "model": step.model, "train": None, "throughput": None}
+    result.update(task.result_fields())
+    log = None
+    if s.do_train:
+        result["train"], log = _train(s, task, p, step, out, tracker)
+        result["throughput"] = log.throughput()
+    elif p.resume_from:
+        from bert.checkpoints import load_weights
+
+        load_weights(step.model, p.resume_from)
+        task.loaded(p, out)
+    # Without training: the step of the weights (the output_dir's, else --init_checkpoint's).
+    result["step"] = weights_step(step, s.do_train, p.resume_from or s.init_checkpoint)
+    from training.loop import EVAL_RESULTS_NAME
+
+    results_path = os.path.join(s.output_dir, EVAL_RESULTS_NAME)
+    before = _modified(results_path)
+    task.finish(s, p, step, result, log, out)
+    if tracker is not None and _modified(results_path) != before:
+        with open(results_path, encoding="utf-8") as f:
+            tracker.metrics(result["step"], json.load(f))
+    return result
+
+
+def _modified(path: str):
+    """The file's (inode, modification time in ns), or None while it does not exist."""
+    try:
+        stat = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return stat.st_ino, stat.st_mtime_ns
 
 
 def plan(s: JobSettings, task, dist, out) -> Plan:
@@ -246,7 +283,7 @@ def bin_size_of(s: JobSettings) -> int:
     return resolved_bin_size(s.bin_size, s.max_seq_length)
 
 
-def _train(s: JobSettings, task, plan: Plan, step, out):
+def _train(s: JobSettings, task, plan: Plan, step, out, tracker=None):
     """Training from where output_dir's checkpoints left off; (last metrics, the log)."""
     from training.data_order import Position
 
@@ -262,6 +299,7 @@ def _train(s: JobSettings, task, plan: Plan, step, out):
         log_every=s.log_every_n_steps,
         worker_timeout_s=s.worker_timeout_seconds,
         stream=out,
+        tracker=tracker,
     )
     task.resumed(plan, training.start, out)
     metrics = training.run(
@@ -506,12 +544,13 @@ def resume_training(
     log_every: int,
     worker_timeout_s: float,
     stream,
+    tracker=None,
 ) -> Training:
     """The Training of a run: leftovers of an interrupted save removed, the latest checkpoint of
     output_dir restored (weights, optimizer; `position`, a training.data_order.Position, started
     where it says), the log counting from there,
     the preemption notices to watch (a STOP file an earlier run left is cleared first) and the
-    watchdog against lost workers."""
+    watchdog against lost workers. tracker: the log's training.tracking.MlflowTracker (or None)."""
     from training import loop
     from training.checkpointing import Checkpointer
     from training.metrics_log import MetricsLog
@@ -534,6 +573,7 @@ def resume_training(
         log_every=log_every,
         enabled=step.distributed.is_chief,
         stream=stream,
+        tracker=tracker,
     )
     watchdog = Watchdog(output_dir, step.distributed, worker_timeout_s, checkpointer.latest)
     return Training(checkpointer, position, start, log, stop, watchdog)

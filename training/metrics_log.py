@@ -81,6 +81,8 @@ class MetricsLog:
 
     sequences_per_update: the global batch (batch x accumulation x workers).
     enabled: False on every rank but 0 (then nothing is written or printed).
+    tracker: a training.tracking.MlflowTracker that gets each logged entry (as train/<name>) and
+    each evaluation during training, or None.
     """
 
     def __init__(
@@ -93,12 +95,14 @@ class MetricsLog:
         log_every: int = 10,
         enabled: bool = True,
         stream=None,
+        tracker=None,
     ):
         self.output_dir = output_dir
         self.total_steps = total_steps
         self.sequences_per_update = sequences_per_update
         self.log_every = max(1, log_every)
         self.enabled = enabled
+        self.tracker = tracker if enabled else None
         self.stream = stream if stream is not None else sys.stdout
         self.steady_seconds = 0.0
         self.steady_updates = 0
@@ -168,6 +172,8 @@ class MetricsLog:
             self._file.write(json.dumps({k: _json_number(v) for k, v in entry.items()}) + "\n")
             self._file.flush()
             self._scalars(step, "train", entry)
+            if self.tracker is not None:
+                self.tracker.metrics(step, entry, prefix="train/")
             self._progress.desc = f"step {step}/{self.total_steps}"
             extra = "".join(f" {k} {metrics[k]:.4f}" for k in ("mlm_accuracy", "accuracy") if k in metrics)
             print(
@@ -187,7 +193,8 @@ class MetricsLog:
 
     def record_eval(self, step: int, results: dict) -> None:
         """Evaluation results at `step`: TensorBoard's eval/ scalars and, while training (the log
-        file is open), a {"step", "eval": results} line in log.jsonl."""
+        file is open), a {"step", "eval": results} line in log.jsonl and the tracker's metrics (the
+        job tracks the final evaluation from eval_results.json)."""
         if not self.enabled:
             return
         self._scalars(step, "eval", results)
@@ -195,6 +202,8 @@ class MetricsLog:
             values = {k: _json_number(v) for k, v in results.items()}
             self._file.write(json.dumps({"step": step, "eval": values}) + "\n")
             self._file.flush()
+            if self.tracker is not None:
+                self.tracker.metrics(step, results)
 
     def throughput(self) -> float | None:
         """Sequences per second over the steady updates (None before the second update)."""
