@@ -220,8 +220,9 @@ def dry_run(spec: dict, workdir: str, timeout: float = 120) -> subprocess.Comple
             plan.returncode = 1
             plan.stderr += f"\nThe stage `{stage}` is none of scripts/data_download.sh's planned commands."
         return plan
+    launcher, separator, passed_on = command.partition(" -- ")  # after --: the entry point's flags
     return subprocess.run(
-        ["bash", "-c", command + " --dry_run"],
+        ["bash", "-c", f"{launcher} --dry_run{separator}{passed_on}"],
         cwd=ROOT,
         env=env,
         capture_output=True,

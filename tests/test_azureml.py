@@ -113,6 +113,14 @@ def test_job_command_passes_the_launcher_dry_run(path, tmp_path):
         assert "--use_horovod=true" in out
 
 
+def test_sweep_trials_evaluate_during_training(tmp_path):
+    """The Bandit policy compares each trial's metric at every evaluation the trial logs to MLflow:
+    the flag after `--` reaches run_classifier.py."""
+    spec = submit.read_job(os.path.join(AZUREML, "jobs", "sweep-glue.yml"))
+    command = next(line for line in _dry_run(spec, tmp_path).splitlines() if "run_classifier.py" in line)
+    assert command.endswith(" --eval_every_n_steps=50")
+
+
 def test_pretraining_dry_run_resolves_both_phases(tmp_path):
     spec = submit.read_job(os.path.join(AZUREML, "jobs", "pretrain.yml"))
     out = _dry_run(spec, tmp_path)
