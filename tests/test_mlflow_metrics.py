@@ -167,3 +167,24 @@ def test_a_tracking_server_lost_mid_run_is_said_once_and_training_goes_on(
     assert out.count("MLflow tracking stopped") == 1
     assert [e["step"] for e in _log(output) if "eval" not in e] == [1, 2]
     assert _json(output / "eval_results.json")["global_step"] == 2
+
+
+@pytest.mark.slow  # a pretraining run with its evaluation, about 20 s
+def test_a_pretraining_logs_its_training_metrics_and_its_final_evaluation_once(tmp_path, store):
+    """Pretraining's evaluation after training reaches MLflow once, at the final step, under
+    eval_results.json's names (Google's masked_lm_accuracy, ...)."""
+    import run_pretraining
+    import tiny_pretraining as tiny
+
+    output = tmp_path / "run"
+    paths = tiny.setup(tmp_path / "data", files=1, per_file=16, eval_per_file=8)
+    _ok(run_pretraining.main, tiny.flags(paths, output, use_xla="false", do_eval="true"))
+    (run,) = store.search_runs([store.get_experiment_by_name("Default").experiment_id])
+    logged = _log(output)
+    assert [step for step, _ in _history(store, run.info.run_id, "train/mlm_accuracy")] == [1, 2, 3, 4]
+    assert [v for _, v in _history(store, run.info.run_id, "train/loss")] == pytest.approx(
+        [e["loss"] for e in logged], rel=1e-6
+    )
+    results = _json(output / "eval_results.json")
+    for name in ("masked_lm_accuracy", "masked_lm_loss"):
+        assert _history(store, run.info.run_id, name) == [(4, pytest.approx(results[name]))]
