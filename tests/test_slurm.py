@@ -97,6 +97,15 @@ def _final_step(output_dir):
     return int(tf.train.latest_checkpoint(str(output_dir)).rsplit("-", 1)[1])
 
 
+def test_srun_starts_pmix_tasks(slurm_cluster):  # noqa: F811
+    """What run.sub's default path needs of SLURM: `srun --mpi=pmix` gives each task its PMIx rank."""
+    result = slurm_cluster.call(
+        "srun", "--mpi=pmix", "-N", "1", "-n", "2", "bash", "-c", "echo rank $PMIX_RANK of $SLURM_NTASKS"
+    )
+    assert result.returncode == 0, result.stderr
+    assert sorted(result.stdout.splitlines()) == ["rank 0 of 2", "rank 1 of 2"]
+
+
 @pytest.fixture(scope="module")
 def requeued(slurm_cluster, workspace):  # noqa: F811
     """A job stopped by `scancel -b -s USR1` once it logged an update, and requeued; the same
