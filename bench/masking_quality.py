@@ -17,8 +17,9 @@ commands:
   dropout off);
 - pretraining: `scripts/run_pretraining_lamb.sh --preset quickstart` (LAMB, phase 1 seq 128 batch
   32 peak 1e-2, phase 2 seq 512 8 x 4; with --train_steps N the warm-ups shrink as the
-  quickstart's own --train_steps does), with `--seed` the same for both: the same initial
-  weights and the same order of records. The dynamic run masks each record by (seed, its position
+  quickstart's own --train_steps does; without its evaluation at the end of each phase, which the
+  evaluation below replaces), with `--seed` the same for both: the same initial weights and the
+  same order of records. The dynamic run masks each record by (seed, its position
   in the global order), anew in every epoch; the static one sees the two copies written;
 - evaluation: `run_pretraining.py --nodo_train --do_eval` of each final checkpoint on the same
   held-out records: the static test shard at seq 128 and at 512, the quickstart's 50 batches of
@@ -112,10 +113,10 @@ def pretrain(work: str, data: str, masking: str, seed: int, train_steps: int) ->
     argv = ["bash", os.path.join(ROOT, "scripts", "run_pretraining_lamb.sh"), "--preset", "quickstart"]
     argv += [
         *steps_flags(train_steps),
+        "--do_eval=false",  # the evaluations below, on the same held-out records for both, replace it
         "--",
         f"--seed={seed}",
         "--log_every_n_steps=50",
-        "--max_eval_steps=50",
     ]
     harness.log(f"pretraining: {masking} records, seed {seed}, {train_steps} steps")
     done = harness.run(argv, f"pretraining ({masking}, seed {seed})", env=env)
