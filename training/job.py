@@ -35,7 +35,7 @@ import os
 import sys
 
 from common.cli import check_settings, setting
-from common.errors import UserError
+from common.errors import Preempted, UserError
 from common.files import ensure_writable_dir, write_json
 from training.length_bins import DEFAULT_BIN_SIZE, bin_size_refusal
 
@@ -158,15 +158,18 @@ def run(s: JobSettings, task, stream=None, tracking=None) -> dict:
             from training.tracking import open_tracker
 
             tracker = open_tracker(tracking, out)
-        failed = True
+        status = "FAILED"
         try:
             if tracker is not None:
                 tracker.params(p.resolved)
             result = _run_planned(s, task, p, dist, out, tracker)
-            failed = False
+            status = "FINISHED"
+        except Preempted:
+            status = "KILLED"  # the same command continues it (in a new MLflow run of its own)
+            raise
         finally:
             if tracker is not None:
-                tracker.close(failed)
+                tracker.close(status)
     return result
 
 
@@ -190,7 +193,7 @@ def _run_planned(s: JobSettings, task, p: Plan, dist, out, tracker) -> dict:
     from training.loop import EVAL_RESULTS_NAME
 
     results_path = os.path.join(s.output_dir, EVAL_RESULTS_NAME)
-    before = _modified(results_path)
+    before = _modified(results_path) if tracker is not None else None
     task.finish(s, p, step, result, log, out)
     if tracker is not None and _modified(results_path) != before:
         with open(results_path, encoding="utf-8") as f:

@@ -5,7 +5,7 @@ steps and its evaluations, beside the local log.jsonl, TensorBoard events and ev
     tracker = open_tracker(target, stream)           # on rank 0 only; None without a target
     tracker.params(resolved)
     tracker.metrics(step, {"loss": ...}, prefix="train/")
-    tracker.close(failed=False)
+    tracker.close("FINISHED")
 
 Training metrics are named as TensorBoard's (train/loss, train/learning_rate, ...); evaluations
 as eval_results.json names them (f1, exact_match, accuracy, ...), which is what an Azure ML sweep's
@@ -126,14 +126,14 @@ class MlflowTracker:
         except Exception as error:  # a lost tracking server must not stop training
             self._failed(f"logging step {step}", error)
 
-    def close(self, failed: bool) -> None:
-        """Ends the run if it was started here (FINISHED, or FAILED when the job raised)."""
+    def close(self, status: str) -> None:
+        """Ends the run with `status` (FINISHED, FAILED, KILLED) if it was started here."""
         if not self.owned:
             return
         import mlflow
 
         try:  # the fluent API's end: the run is no longer this process's active one
-            mlflow.end_run("FAILED" if failed else "FINISHED")
+            mlflow.end_run(status)
         except Exception as error:  # the job's outcome stands whatever the server says
             if self.working:
                 self._failed("ending the run", error)
