@@ -138,6 +138,20 @@ def _worker(task, out, log_path, **values):
     return start_worker(argv, log_path)
 
 
+def test_a_trial_whose_worker_died_before_its_first_heartbeat_is_failed_and_run_again(task, tmp_path):
+    """A worker killed between creating its trial and the trial's first heartbeat (the moment
+    after its previous trial ended) leaves a running trial that Optuna never finds stale: each
+    worker gives such a trial one heartbeat, so it goes stale, is marked failed and re-queued."""
+    out = tmp_path / "study"
+    first = _worker(task, out, tmp_path / "first.log", n_trials=1)
+    assert first.wait(timeout=600) == 0, console(tmp_path / "first.log")
+    _study(str(out)).ask()  # what the killed worker left: trial 1 running, never a heartbeat
+    again = _worker(task, out, tmp_path / "again.log", n_trials=2)
+    assert again.wait(timeout=600) == 0, console(tmp_path / "again.log")
+    states = {t.number: t.state.name for t in _study(str(out)).trials}
+    assert states == {0: "COMPLETE", 1: "FAIL", 2: "COMPLETE"}, states
+
+
 @pytest.mark.slow
 def test_two_workers_share_one_sqlite_study_and_a_killed_workers_trial_is_failed(task, tmp_path):
     out = tmp_path / "study"

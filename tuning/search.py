@@ -531,7 +531,8 @@ def run(s: TuneSettings, stream=None, poll_seconds: float = 1.0) -> dict:
         with _HeartbeatWatch() as watch, StopRequests(s.output_dir) as stop:
             stop.clear_stale_file()
             study = create_study(s, metric, storage)
-            _optimize(s, metric, study, url, Objective(s, metric, say, poll_seconds, watch, stop), say)
+            objective = Objective(s, metric, say, poll_seconds, watch, stop)
+            _optimize(s, metric, study, storage, url, objective, say)
             results = report(s.output_dir, s.space, study, metric, stream)
     except (UserError, Preempted):
         raise
@@ -546,7 +547,22 @@ def run(s: TuneSettings, stream=None, poll_seconds: float = 1.0) -> dict:
     return {**results, "study": study}
 
 
-def _optimize(s: TuneSettings, metric: str, study, url: str, objective: Objective, say) -> None:
+def beat_once_for_others(storage, study, seen: set) -> None:
+    """One heartbeat for each running trial this worker has not seen before. Optuna marks a trial
+    failed only once it has a heartbeat gone stale: a worker killed after creating its trial but
+    before the trial's first heartbeat leaves it running for ever, and every worker then waits for
+    it. One beat from an onlooker gives it a heartbeat to go stale; the trial of a live worker
+    beats on by itself, and a dead one's failure comes at most one grace period later than it
+    would have (once per onlooking worker)."""
+    from optuna.trial import TrialState
+
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if trial._trial_id not in seen:
+            seen.add(trial._trial_id)
+            storage.record_heartbeat(trial._trial_id)
+
+
+def _optimize(s: TuneSettings, metric: str, study, storage, url: str, objective: Objective, say) -> None:
     """This worker's loop: one trial at a time while the study needs more."""
     import optuna
 
@@ -559,9 +575,11 @@ def _optimize(s: TuneSettings, metric: str, study, url: str, objective: Objectiv
     started = time.monotonic()
     waited = False
     failures = 0  # this worker's trials failed in a row
+    seen = set()  # the running trials of other workers given one heartbeat
     while True:
         with _quiet_experimental():
             optuna.storages.fail_stale_trials(study)
+            beat_once_for_others(storage, study, seen)
         counts = _counts(study)
         if counts["finished"] >= s.n_trials:
             break
