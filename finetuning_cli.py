@@ -36,7 +36,7 @@ def define_flags(
             "num_train_epochs": epochs,
         },
     )
-    cli.define_job_flags(flag, compiled="train and prediction steps")
+    cli.define_job_flags(flag)
     flag(
         "init_checkpoint",
         "Starting weights: a pretraining output directory or checkpoint (ours, Google TF1, NVIDIA) "

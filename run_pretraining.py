@@ -32,7 +32,7 @@ def define_flags(fv) -> None:
     from training.pretraining_job import PretrainingSettings
 
     flag = cli.Flags(fv, settings=PretrainingSettings)
-    cli.define_job_flags(flag, compiled="train step")
+    cli.define_job_flags(flag)
     flag("bert_config_file", "bert_config.json (or a Hugging Face config.json) of the model.", str)
     flag("vocab_file", "vocab.txt; its size is checked against the config's vocab_size.", str)
     flag("input_files", "Training TFRecords: comma-separated files or globs.", str)

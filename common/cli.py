@@ -143,18 +143,17 @@ def precision_and_horovod(flag_values, environ, launched_ranks, default_precisio
     return precision or default_precision, use_horovod
 
 
-def define_job_flags(flag, *, compiled: str) -> None:
+def define_job_flags(flag) -> None:
     """The flags every training job means the same by (training.job.JobSettings' fields, each
     with its kind, default and help declared there): run_pretraining.py and finetuning_cli.py
     define them here and add those whose meaning is their own (output_dir, init_checkpoint, the
-    model files, do_train ...). `flag` is a Flags over the job's settings dataclass; `compiled`
-    names what XLA compiles. --precision, --use_horovod and --bin_size default to None here:
+    model files, do_train ...). `flag` is a Flags over the job's settings dataclass. --precision, --use_horovod and --bin_size default to None here:
     resolved later (--amp, the launched ranks, training/length_bins.py)."""
     flag("learning_rate")
     flag("num_accumulation_steps")
     flag("precision", default=None)
     flag("amp", "NVIDIA's name for --precision=fp16.", bool, default=False)
-    flag("use_xla", f"Compile the {compiled} with XLA.")
+    flag("use_xla")
     flag("use_horovod", default=None)
     flag.alias("horovod", "use_horovod")
     flag("bin_size", default=None)

@@ -11,13 +11,15 @@ import shutil
 from common.errors import UserError
 from data import paths as data_paths
 from launch.engine import PathOption, Plan, Setting, Step, absolute
+from training.finetuning_job import FineTuningSettings
+from training.job import JobSettings
 from training.preemption import STOP_FILE_NAME
 
 GOOGLE_MODELS = {"base": "uncased_L-12_H-768_A-12", "large": "uncased_L-24_H-1024_A-16"}
 
 # Settings several launchers take, in the order each launcher's table lists them.
-PRECISION = Setting("precision", "fp16", "precision", "fp16 | fp32 | tf32 | bf16")
-USE_XLA = Setting("use_xla", "true", "bool", "true | false")
+PRECISION = Setting.of_field(JobSettings, "precision", "fp16", positional=True)
+USE_XLA = Setting.of_field(JobSettings, "use_xla", positional=True)
 NUM_GPU = Setting("num_gpu", "8", "count", "workers, one process per GPU")
 DOC_STRIDE_UNUSED = Setting(
     "doc_stride", "64", "count", "accepted for NVIDIA's order; unused by classification"
@@ -29,18 +31,10 @@ INIT_CHECKPOINT = Setting("init_checkpoint", "", "text", "starting weights (defa
 def bin_size(default: str | None = None) -> Setting:
     """--bin_size for a launcher: SQuAD's windows take the job's 64, GLUE's short sentences 32
     (bench/padding.py: SST-2-length prediction 2.0x at 64, 3.2x at 32)."""
-    from training.job import JobSettings
-
     return Setting.of_field(JobSettings, "bin_size", default)
 
 
-GROUP_BY_LENGTH = Setting(
-    "group_by_length",
-    "false",
-    "bool",
-    "order each epoch in groups of 50 batches sorted by length (less padding)",
-    positional=False,
-)
+GROUP_BY_LENGTH = Setting.of_field(FineTuningSettings, "group_by_length")
 
 
 def by_length_flags(launch, training: bool) -> list:

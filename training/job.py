@@ -74,10 +74,9 @@ class JobSettings:
     precision: str = setting(
         "precision",
         "fp32",
-        "fp32 (TF32 off), tf32, fp16 (loss scaling, fp16 allreduce) or bf16; default fp32, or fp16 "
-        "with --amp.",
+        "fp32 (TF32 off), tf32, fp16 (loss scaling, fp16 allreduce) or bf16; --amp means fp16.",
     )
-    use_xla: bool = setting("bool", True)
+    use_xla: bool = setting("bool", True, "Compile the training, evaluation and prediction steps with XLA.")
     use_horovod: bool = setting(
         "bool",
         False,
