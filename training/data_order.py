@@ -25,6 +25,14 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
+
+def as_written(function):
+    """`function` for tf.data's map/flat_map traced as written: the pipelines' functions hold no
+    Python control flow on tensors, so AutoGraph's source conversion (which tf.data otherwise runs
+    on each, in every process) is skipped; a tensor used as a Python bool then fails the trace."""
+    return tf.autograph.experimental.do_not_convert(function)
+
+
 _ENDLESS = 2**62  # epochs
 _READ_BUFFER_BYTES = 8 << 20
 
@@ -55,7 +63,7 @@ def _shuffled_windows(records: tf.data.Dataset, seed: int, epoch, first_window: 
         return tf.gather(batch, _permutation(n, seed, tf.cast(epoch, tf.int64) * 2**32 + w))
 
     windows = records.batch(window).enumerate(start=first_window)
-    return windows.map(shuffle, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).unbatch()
+    return windows.map(as_written(shuffle), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).unbatch()
 
 
 def records_in_order(files: list[str], counts: list[int], *, seed: int, window: int, start: int = 0):
@@ -89,7 +97,7 @@ def records_in_order(files: list[str], counts: list[int], *, seed: int, window: 
         )
         return _shuffled_windows(records, seed, e, 0, window)
 
-    return current.concatenate(tf.data.Dataset.range(epoch + 1, _ENDLESS).flat_map(whole_epoch))
+    return current.concatenate(tf.data.Dataset.range(epoch + 1, _ENDLESS).flat_map(as_written(whole_epoch)))
 
 
 def rows_in_order(
@@ -119,7 +127,7 @@ def rows_in_order(
                 _grouped_by_length(_permutation(rows, seed, -1 - e), lengths, group_batch, seed, e)
             )
 
-    return tf.data.Dataset.range(epoch, _ENDLESS).flat_map(epoch_rows).skip(offset)
+    return tf.data.Dataset.range(epoch, _ENDLESS).flat_map(as_written(epoch_rows)).skip(offset)
 
 
 GROUP_BATCHES = 50  # batches per length group (Hugging Face's megabatch)
@@ -172,7 +180,7 @@ def worker_micro_batches(
         return dealt if len(dealt) > 1 else dealt[0]
 
     updates = order.batch(batch_size * accumulation * num_workers, drop_remainder=True)
-    return updates.map(deal, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).unbatch()
+    return updates.map(as_written(deal), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).unbatch()
 
 
 class Position:

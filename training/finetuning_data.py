@@ -31,7 +31,7 @@ def training_dataset(
     length and dealt to the workers, each micro-batch cut to its bin (training/length_bins.py)."""
     import tensorflow as tf
 
-    from training.data_order import rows_in_order, worker_micro_batches
+    from training.data_order import as_written, rows_in_order, worker_micro_batches
     from training.length_bins import trim
 
     rows = len(next(iter(arrays.values())))
@@ -61,8 +61,10 @@ def training_dataset(
     )
     max_seq_length = arrays["input_ids"].shape[1] if bin_size else None
     d = d.map(
-        lambda index: trim(
-            {name: tf.gather(t, index) for name, t in tensors.items()}, bin_size, max_seq_length
+        as_written(
+            lambda index: trim(
+                {name: tf.gather(t, index) for name, t in tensors.items()}, bin_size, max_seq_length
+            )
         )
     )
     return d.prefetch(tf.data.AUTOTUNE)

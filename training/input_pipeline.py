@@ -32,6 +32,7 @@ from common.errors import UserError
 from common.files import expand_globs
 from data.pretraining import schema, tfrecord
 from data.pretraining.masking import MASKED_LM_PROB
+from training.data_order import as_written, records_in_order, worker_micro_batches
 
 DEFAULT_SHUFFLE_WINDOW = 10000
 
@@ -248,8 +249,6 @@ def training_dataset(
     masked_lm_positions, masked_lm_ids int32 [B, P]; masked_lm_weights float32 [B, P];
     next_sentence_labels int32 [B, 1].
     """
-    from training.data_order import records_in_order, worker_micro_batches
-
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
     layout = layout or check_files(files, max_seq_length, max_predictions_per_seq)
@@ -269,7 +268,9 @@ def training_dataset(
     )
     # Parsing whole batches is several times faster than example by example.
     d = d.map(
-        _parse(max_seq_length, max_predictions_per_seq, bin_size, layout, Masking(masked_lm_prob, seed)),
+        as_written(
+            _parse(max_seq_length, max_predictions_per_seq, bin_size, layout, Masking(masked_lm_prob, seed))
+        ),
         num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=True,
     )
@@ -315,10 +316,12 @@ def evaluation_dataset(
             sorted_element = tuple(tf.gather(part, order) for part in element)
             return sorted_element if len(element) > 1 else sorted_element[0]
 
-        d = d.batch(batch_size * EVALUATION_SORT_BATCHES).map(by_length).unbatch()
+        d = d.batch(batch_size * EVALUATION_SORT_BATCHES).map(as_written(by_length)).unbatch()
     d = d.batch(batch_size, drop_remainder=False)
     d = d.map(
-        _parse(max_seq_length, max_predictions_per_seq, bin_size, layout, Masking(masked_lm_prob, seed)),
+        as_written(
+            _parse(max_seq_length, max_predictions_per_seq, bin_size, layout, Masking(masked_lm_prob, seed))
+        ),
         num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=True,
     )
