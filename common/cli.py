@@ -147,8 +147,9 @@ def define_job_flags(flag) -> None:
     """The flags every training job means the same by (training.job.JobSettings' fields, each
     with its kind, default and help declared there): run_pretraining.py and finetuning_cli.py
     define them here and add those whose meaning is their own (output_dir, init_checkpoint, the
-    model files, do_train ...). `flag` is a Flags over the job's settings dataclass. --precision, --use_horovod and --bin_size default to None here:
-    resolved later (--amp, the launched ranks, training/length_bins.py)."""
+    model files, do_train ...). `flag` is a Flags over the job's settings dataclass. --precision,
+    --use_horovod and --bin_size default to None here: resolved later (--amp, the launched ranks,
+    training/length_bins.py)."""
     flag("learning_rate")
     flag("num_accumulation_steps")
     flag("precision", default=None)

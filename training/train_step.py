@@ -36,6 +36,7 @@ can so queue update n+1 while update n runs; the loop reads at its log and check
 
 from __future__ import annotations
 
+import functools
 import itertools
 import time
 
@@ -139,24 +140,22 @@ class TrainStep:
         self.compile_seconds = 0.0
         self._shapes_seen: set = set()
         # Traced as written (autograph=False): the steps hold no Python control flow on tensors, and
-        # AutoGraph's source conversion was about 3 s of CPU in every process that trains.
+        # AutoGraph's source conversion cost seconds of CPU in every process that trains.
+        step = functools.partial(tf.function, autograph=False)
         # Denominators read no sequence axis: one relaxed trace serves every bin length.
-        self._denominators = tf.function(self._sum_denominators, reduce_retracing=True, autograph=False)
-        self._zero_sums = tf.function(self._zeros, autograph=False)
-        self._accumulate = tf.function(self._accumulate_micro_batch, jit_compile=jit_compile, autograph=False)
-        self._whole_update = tf.function(self._compute_and_apply, jit_compile=jit_compile, autograph=False)
-        self._gradients = tf.function(self._gradient_sums, jit_compile=jit_compile, autograph=False)
-        self._update = tf.function(self._apply_update, jit_compile=jit_compile, autograph=False)
+        self._denominators = step(self._sum_denominators, reduce_retracing=True)
+        self._zero_sums = step(self._zeros)
+        self._accumulate = step(self._accumulate_micro_batch, jit_compile=jit_compile)
+        self._whole_update = step(self._compute_and_apply, jit_compile=jit_compile)
+        self._gradients = step(self._gradient_sums, jit_compile=jit_compile)
+        self._update = step(self._apply_update, jit_compile=jit_compile)
         # The cross-worker sums run in their own, uncompiled graph between the XLA programs.
-        self._sum_gradients = tf.function(
+        self._sum_gradients = step(
             lambda tensors: self.distributed.sum(tensors, compression_fp16=self.fp16_compression),
-            autograph=False,
         )
-        self._sum_scalars = tf.function(lambda vector: self.distributed.sum([vector])[0], autograph=False)
-        self._evaluate = tf.function(self._evaluate_batch, jit_compile=jit_compile, autograph=False)
-        self._predict = tf.function(
-            lambda features: self.model(features, training=False), jit_compile=jit_compile, autograph=False
-        )
+        self._sum_scalars = step(lambda vector: self.distributed.sum([vector])[0])
+        self._evaluate = step(self._evaluate_batch, jit_compile=jit_compile)
+        self._predict = step(lambda features: self.model(features, training=False), jit_compile=jit_compile)
         self.broadcast()
 
     # --- the compiled parts -------------------------------------------------------------------
