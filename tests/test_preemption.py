@@ -1,8 +1,13 @@
-"""Preemption: SIGTERM or SIGUSR1 to a worker (or to the launcher) stops every worker at the same
+"""Exact resume after a stop. kill -9 between checkpoints (dropout on, accumulation 2, XLA): the
+same command run again ends with every variable of an uninterrupted run's final checkpoint.
+Preemption: SIGTERM or SIGUSR1 to a worker (or to the launcher) stops every worker at the same
 update with a checkpoint and exit status 75; the same command run again ends with exactly the
-weights of a run that was never stopped. run_pretraining.py alone, two Horovod workers with the
-notice sent to one of them, run_classifier.py, and the pretraining launcher."""
+weights of a run that was never stopped. run_pretraining.py alone (the kill and the notice share
+one uninterrupted run per masking), run_classifier.py, and the pretraining launcher here; two
+Horovod workers with the notice sent to one of them in tests/test_resize.py, which shares those
+runs with a resume on one worker."""
 
+import json
 import os
 import re
 import signal
@@ -16,7 +21,15 @@ import tensorflow as tf
 
 import tiny_pretraining as tiny
 from common.errors import PREEMPTED_EXIT_STATUS
-from conftest import BIN, LAUNCH_ENV, ROOT, notice_after_step, pretraining_workspace, worker_env
+from conftest import (
+    LAUNCH_ENV,
+    ROOT,
+    kill_after_step,
+    logged_steps,
+    notice_after_step,
+    pretraining_workspace,
+    worker_env,
+)
 from finetuning_runs import word_order_run
 
 pytestmark = pytest.mark.slow
@@ -64,15 +77,66 @@ def pretraining_command(data, output_dir, **overrides):
     ]
 
 
-@pytest.mark.parametrize("masking", ["static", "dynamic"])
-def test_sigterm_stops_one_worker_with_a_checkpoint_and_the_rerun_ends_bit_identical(masking, tmp_path):
-    data = tiny.setup(tmp_path / "data", files=2, per_file=60, masking=masking)
-    straight, stopped = tmp_path / "straight", tmp_path / "stopped"
-    env = worker_env()
-    uninterrupted = subprocess.Popen(
-        [sys.executable, *pretraining_command(data, straight)], env=env, stderr=subprocess.PIPE
+@pytest.fixture(scope="module", params=["static", "dynamic"])
+def one_worker(request, tmp_path_factory):
+    """(data, the uninterrupted run's directory) for one masking, shared by the kill -9 and the
+    SIGTERM test: dropout on, accumulation 2, XLA. Dynamic records are masked as read, from their
+    place in the order."""
+    root = tmp_path_factory.mktemp(f"one_worker_{request.param}")
+    data = tiny.setup(root / "data", files=2, per_file=60, masking=request.param)
+    straight = root / "straight"
+    result = subprocess.run(
+        [sys.executable, *pretraining_command(data, straight)],
+        env=worker_env(),
+        capture_output=True,
+        text=True,
     )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return data, straight
 
+
+def test_kill_9_between_checkpoints_then_the_same_command_ends_bit_identical(one_worker, tmp_path):
+    data, straight = one_worker
+    killed = tmp_path / "killed"
+    env = worker_env()
+
+    def command():
+        # Batch 128 x 2 micro-batches: an update long enough (tens of ms on 2 cores) for the kill
+        # to land between checkpoints 4 and 8.
+        return [sys.executable, *pretraining_command(data, killed, keep_checkpoints=2)]
+
+    kill_after_step(command(), killed, env, STOP_AFTER)
+    latest = tf.train.latest_checkpoint(str(killed))
+    assert latest is not None and latest.endswith(f"ckpt-{SAVE_EVERY}"), (
+        f"the kill did not land between checkpoints {SAVE_EVERY} and {2 * SAVE_EVERY} (latest {latest})"
+    )
+    assert max(logged_steps(killed / "log.jsonl")) >= STOP_AFTER  # work past the checkpoint was lost
+
+    resumed = subprocess.run(command(), env=env, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"Resuming from {latest}" in resumed.stdout
+    got = _arrays(killed, STEPS)
+    assert any(n.endswith("/adam_m") for n in got)
+    _assert_identical(killed, straight, STEPS)
+    # Dropout and the input order really were in play: the model moved, and both logs agree
+    # step by step (the resumed log holds no duplicate of the lost steps).
+    with open(straight / "log.jsonl") as f:
+        straight_log = [json.loads(line) for line in f]
+    with open(killed / "log.jsonl") as f:
+        killed_log = [json.loads(line) for line in f]
+    assert [e["step"] for e in killed_log] == list(range(1, STEPS + 1))
+    assert [e["loss"] for e in killed_log] == [e["loss"] for e in straight_log]
+    # The worker's input position and dropout seeds went along with the checkpoint.
+    assert set(os.listdir(killed / "worker_state")) == {
+        f"ckpt-{2 * SAVE_EVERY}-rank-0-of-1",
+        f"ckpt-{STEPS}-rank-0-of-1",
+    }
+
+
+def test_sigterm_stops_one_worker_with_a_checkpoint_and_the_rerun_ends_bit_identical(one_worker, tmp_path):
+    data, straight = one_worker
+    stopped = tmp_path / "stopped"
+    env = worker_env()
     status, seconds, err = notice_after_step(
         [sys.executable, *pretraining_command(data, stopped)],
         stopped,
@@ -92,7 +156,6 @@ def test_sigterm_stops_one_worker_with_a_checkpoint_and_the_rerun_ends_bit_ident
     )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"Resuming from {stopped}/ckpt-{step}" in resumed.stdout
-    assert uninterrupted.wait(timeout=300) == 0
     _assert_identical(stopped, straight, STEPS)
 
 
@@ -106,41 +169,6 @@ def rank_process(launcher: subprocess.Popen, rank: int) -> psutil.Process:
         except psutil.Error:
             continue
     raise AssertionError(f"no worker of rank {rank} under horovodrun")
-
-
-def test_sigusr1_to_one_of_two_workers_stops_both_at_the_same_update(tmp_path):
-    data = tiny.setup(tmp_path / "data", files=2, per_file=60)
-    horovodrun = [os.path.join(BIN, "horovodrun"), "-np", "2", "-H", "localhost:2", "--gloo", sys.executable]
-    straight, stopped = tmp_path / "straight", tmp_path / "stopped"
-    env = worker_env()
-    flags = dict(train_batch_size=64, use_horovod=True)
-    uninterrupted = subprocess.run(
-        [*horovodrun, *pretraining_command(data, straight, **flags)], env=env, capture_output=True, text=True
-    )
-    assert uninterrupted.returncode == 0, uninterrupted.stderr[-3000:]
-
-    status, seconds, err = notice_after_step(
-        [*horovodrun, *pretraining_command(data, stopped, **flags)],
-        stopped,
-        env,
-        STOP_AFTER,
-        lambda p: rank_process(p, 1).send_signal(signal.SIGUSR1),  # rank 1 alone gets the notice
-    )
-    assert status != 0, err[-3000:]  # horovodrun reports the workers' 75 as a failure of its own
-    lines = re.findall(r"Stopped for a preemption notice \((.+?)\) at step (\d+)", err)
-    assert sorted(reason for reason, _ in lines) == ["SIGUSR1", "another worker's notice"], err[-3000:]
-    (step,) = {int(s) for _, s in lines}  # both workers stopped at the same update
-    assert tf.train.latest_checkpoint(str(stopped)).endswith(f"ckpt-{step}")
-    assert {f"ckpt-{step}-rank-0-of-2", f"ckpt-{step}-rank-1-of-2"} <= set(
-        os.listdir(stopped / "worker_state")
-    )
-    print(f"two workers: SIGUSR1 to rank 1, both out {seconds:.2f} s later (step {step})")
-
-    resumed = subprocess.run(
-        [*horovodrun, *pretraining_command(data, stopped, **flags)], env=env, capture_output=True, text=True
-    )
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    _assert_identical(stopped, straight, STEPS)
 
 
 def test_run_classifier_stops_on_sigterm_and_the_rerun_ends_bit_identical(word_order_task, tmp_path):

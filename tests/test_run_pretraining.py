@@ -20,7 +20,7 @@ def data(tmp_path_factory):
 
 
 def _run(paths, output_dir, **overrides):
-    overrides.setdefault("use_xla", False)  # compiling XLA adds seconds; test_resume.py runs it
+    overrides.setdefault("use_xla", False)  # compiling XLA adds seconds; test_preemption.py runs it
     return run_pretraining.main(tiny.flags(paths, output_dir, **overrides))
 
 
