@@ -535,7 +535,7 @@ WORDS = (
     "tab\there",
     "ctrl\x07char",
     "«quoted»",
-    # Where a tokenizer can part from Google's (issue 34): a 150-character word (WordPieces, not
+    # Where a tokenizer can part from Google's: a 150-character word (WordPieces, not
     # [UNK]), private use, CJK Extension E, final capital sigma, characters newer than Rust's
     # Unicode tables (format U+0890, punctuation U+2E52, combining U+1AC1, astral format U+13430).
     "y" * 150,

@@ -7,7 +7,7 @@ builds it, clipping at 1.0) and a PyTorch loop doing what transformers.Trainer d
 get_linear_schedule_with_warmup) give the same losses and the same weights, update after update.
 What is left between two seeded runs of the two stacks is then only what is drawn at random
 (dropout masks, the head's initial values, the order of the windows) and the behaviours of
-Google's that our defaults keep (issue 37; bench/finetune_quality.py measures them).
+Google's that our defaults keep (bench/finetune_quality.py measures them).
 
 One deterministic difference remains, and it is Google's: Hugging Face's BertEmbeddings gives
 nn.Embedding padding_idx=0, so the [PAD] row of the word embeddings never gets a gradient, while

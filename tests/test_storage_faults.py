@@ -1,4 +1,4 @@
-"""Storage faults (issue 35): a damaged checkpoint, a full disk, a read-only or vanished directory,
+"""Storage faults: a damaged checkpoint, a full disk, a read-only or vanished directory,
 kill -9 anywhere. Each case asserts its one sentence, the exit status, and that after the fault is
 fixed the same command ends with exactly the weights of a run that met no fault.
 

@@ -1,4 +1,4 @@
-"""Our WordPiece tokenization is Google's on every input (issue 34), in every path that tokenizes.
+"""Our WordPiece tokenization is Google's on every input, in every path that tokenizes.
 
 The oracle is the transcription of Google's tokenization.py in tests/pretraining_reference.py,
 itself first held to the cases of Google's published tokenization_test.py. Then: one test per
