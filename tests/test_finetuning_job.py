@@ -63,7 +63,7 @@ def test_tiny_bert_from_random_init_learns_word_order(word_order_task, tmp_path)
     accuracy = _json(out / "eval_results.json")["accuracy"]
     assert accuracy == _dev_accuracy(out, word_order_task["data_dir"])
     # Measured 0.99 on the 200 unseen sentences after 250 updates of 32 (about 20 s of training on
-    # 2 cores); chance is 0.5. Issue 37's optimizer flags leave the word-order plateau for every
+    # 2 cores); chance is 0.5. The optimizer flags that part from Google's leave the word-order plateau for every
     # seed tried (7 of 7 by update 150; Google's optimizer: 4 of 7 by update 200).
     assert accuracy >= 0.9
     log = _log(out)
@@ -263,7 +263,7 @@ def _run_squad_settings(*argv):
 
 
 def test_decay_after_warmup_flag_reaches_the_schedule():
-    """Issue 37: Google's decay counts from step 0 (88 updates, 8 of warmup: 80/88 of the peak
+    """Google's decay counts from step 0 (88 updates, 8 of warmup: 80/88 of the peak
     after warmup); --decay_after_warmup counts it from the end of warmup (the peak after warmup)."""
     from training.finetuning_job import update_of
 
@@ -285,7 +285,7 @@ def test_decay_after_warmup_flag_refuses_a_non_boolean():
 
 
 def test_adam_epsilon_flag_reaches_the_optimizer():
-    """Issue 37: Google's epsilon 1e-6 by default; --adam_epsilon=1e-8 is Hugging Face's (torch's)."""
+    """Google's epsilon 1e-6 by default; --adam_epsilon=1e-8 is Hugging Face's (torch's)."""
     from absl import flags
 
     from training.finetuning_job import update_of
