@@ -63,8 +63,8 @@ def test_tiny_bert_from_random_init_learns_word_order(word_order_task, tmp_path)
     accuracy = _json(out / "eval_results.json")["accuracy"]
     assert accuracy == _dev_accuracy(out, word_order_task["data_dir"])
     # Measured 0.99 on the 200 unseen sentences after 250 updates of 32 (about 20 s of training on
-    # 2 cores); chance is 0.5. The optimizer flags that part from Google's leave the word-order plateau for every
-    # seed tried (7 of 7 by update 150; Google's optimizer: 4 of 7 by update 200).
+    # 2 cores); chance is 0.5. The optimizer flags that part from Google's leave the word-order
+    # plateau for every seed tried (7 of 7 by update 150; Google's optimizer: 4 of 7 by update 200).
     assert accuracy >= 0.9
     log = _log(out)
     assert log[-1]["step"] == 250 and log[-1]["loss"] < 0.5 * log[0]["loss"]
