@@ -44,6 +44,8 @@ import threading
 import time
 from typing import Callable, Iterable, Iterator, TypeVar
 
+from common.tensorflow_startup import quiet_startup
+
 T = TypeVar("T")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -51,6 +53,10 @@ POLL_S = 0.05  # how often the VmHWM of the child and the processes below it is 
 RESULT = "RESULT "  # an event line on a child's stdout: RESULT {json}
 CHILD_FLAG = "--_child"  # a bench script run as its own measuring child: SCRIPT --_child SPEC_JSON
 _TICKS = os.sysconf("SC_CLK_TCK")
+
+# A bench process (a script, or a measuring child of one) starts TensorFlow as the entry points
+# do: without its start-up notes, and without Keras' optional integrations (seconds of CPU each).
+quiet_startup()
 
 
 def log(message: str) -> None:
