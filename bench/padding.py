@@ -4,6 +4,7 @@ side by side in one process, interleaved, repeated (training/length_bins.py).
     .venv/bin/python -m bench padding                       # everything (~20 min on 2 cores)
     .venv/bin/python -m bench padding --only pretraining    # or squad, glue
     .venv/bin/python -m bench padding --repeats 5 --updates 3 --bins 0,64
+    .venv/bin/python -m bench padding --xla off             # TensorFlow graphs, one per shape
 
 Rows:
 - pretraining updates on real records: the quickstart corpus's phase-1 (seq 128) and phase-2 (seq
@@ -12,8 +13,8 @@ Rows:
   pipeline, NVIDIA's recipe), each with the global batch of the quickstart preset (phase 1: 32 x 1,
   phase 2: 8 x 4) and NVIDIA's recipe scaled down to this machine (phase 1: 16 x 8, phase 2: 8 x
   16; its 64 x 128 and 8 x 512 would take minutes an update here). One update is timed through
-  the real input pipeline and TrainStep (XLA, fp32, one worker); every program is compiled in
-  warm-up updates before the clock starts (their compile time is printed apart).
+  the real input pipeline and TrainStep (XLA unless --xla off, fp32, one worker); every program is
+  compiled in warm-up updates before the clock starts (their compile time is printed apart).
 - "real tokens": the share of the computed positions that are real tokens (1 - padding),
   over the measured updates; "worker spread": how evenly an update of the same global batch
   would spread over 8 workers dealt as training/length_bins.deal_by_length deals (busiest
@@ -115,8 +116,9 @@ def vocab_size(vocab: str) -> int:
         return sum(1 for _ in f)
 
 
-def steps_for(model, objective, accumulation: int, bins: list[int]) -> dict:
-    """{bin: TrainStep} on one model: bin 0 the stacked update, the others the binned one."""
+def steps_for(model, objective, accumulation: int, bins: list[int], xla: bool) -> dict:
+    """{bin: TrainStep} on one model: bin 0 the stacked update, the others the binned one; XLA
+    programs where `xla`, TensorFlow graphs where not."""
     from training import job
     from training.distributed import Distributed
 
@@ -129,7 +131,7 @@ def steps_for(model, objective, accumulation: int, bins: list[int]) -> dict:
             warmup_steps=1,
             train_steps=10**6,
             distributed=dist,
-            jit_compile=True,
+            jit_compile=xla,
             shapes_vary=b > 0,
         )
         for b in bins
@@ -223,7 +225,7 @@ def pretraining_rows(name: str, files: list, vocab: str, phase: int, recipe: str
     batch, k = RECIPES[recipe][phase]
     model = build_model(lambda c, d: BertPretrainer(c, dtype=d), vocab_size(vocab), seq)
     harness.log(f"pretraining {name} phase {phase}, {recipe} ({batch} x {k})")
-    steps = steps_for(model, PretrainingObjective(), k, args.bins)
+    steps = steps_for(model, PretrainingObjective(), k, args.bins, args.xla == "on")
     streams = {
         b: (
             steps[b],
@@ -272,7 +274,7 @@ def squad_rows(vocab: str, qa_dir: str, args) -> list:
     model = build_model(lambda c, d: BertSpanModel(c, dtype=d), vocab_size(vocab), seq)
     rows = []
     harness.log(f"SQuAD python_qa fine-tuning ({len(train['input_ids'])} windows)")
-    steps = steps_for(model, SpanObjective(), 1, args.bins)
+    steps = steps_for(model, SpanObjective(), 1, args.bins, args.xla == "on")
     streams = {
         b: (
             steps[b],
@@ -376,7 +378,7 @@ def glue_rows(vocab: str, corpus: str, args) -> list:
     seq, batch = 128, 32
     arrays = sst2_like_arrays(corpus, vocab, args.glue_rows, seq)
     model = build_model(lambda c, d: BertClassifier(c, 2, dtype=d), vocab_size(vocab), seq)
-    steps = steps_for(model, ClassificationObjective(), 1, args.bins)
+    steps = steps_for(model, ClassificationObjective(), 1, args.bins, args.xla == "on")
     return prediction_rows("GLUE SST-2-like (seq 128)", steps, arrays, batch, args, predict, ())
 
 
@@ -411,6 +413,12 @@ def parse_args(argv=None):
     p.add_argument("--vocab", help="with --corpus: GLUE's rows from these, without the quickstart's data")
     p.add_argument("--corpus", help="sentences for GLUE's SST-2-like rows (default: the quickstart corpus)")
     p.add_argument("--glue_rows", type=int, default=872, help="SST-2-like sentences (SST-2's dev size)")
+    p.add_argument(
+        "--xla",
+        choices=("on", "off"),
+        default="on",
+        help="compile the steps with XLA (off: TensorFlow graphs, traced once per shape) [on]",
+    )
     p.add_argument("--timeout_s", type=float, default=3600, help="per group of rows")
     args = p.parse_args(argv)
     if 0 not in args.bins:
@@ -438,7 +446,8 @@ def groups(args) -> list[dict]:
     only = set(args.only or ("pretraining", "squad", "glue"))
     shared = {
         "args": {
-            k: getattr(args, k) for k in ("bins", "repeats", "updates", "warmup", "glue_rows", "recipes")
+            k: getattr(args, k)
+            for k in ("bins", "repeats", "updates", "warmup", "glue_rows", "recipes", "xla")
         }
     }
     quick = vocab = qa_dir = None
@@ -505,7 +514,7 @@ def main(argv=None) -> None:
     ]
     print(harness.markdown_table(headers, rows))
     print(
-        f"\n{harness.cpu_name()}, {harness.usable_cores()} cores; bert_tiny, fp32, XLA; medians (min-max) of "
+        f"\n{harness.cpu_name()}, {harness.usable_cores()} cores; bert_tiny, fp32, {'XLA' if args.xla == 'on' else 'no XLA'}; medians (min-max) of "
         f"{args.repeats} interleaved rounds of {args.updates} updates; {time.perf_counter() - started:.0f} s in all."
     )
     sys.stdout.flush()
