@@ -44,8 +44,6 @@ import threading
 import time
 from typing import Callable, Iterable, Iterator, TypeVar
 
-from common.tensorflow_startup import quiet_startup
-
 T = TypeVar("T")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -54,9 +52,23 @@ RESULT = "RESULT "  # an event line on a child's stdout: RESULT {json}
 CHILD_FLAG = "--_child"  # a bench script run as its own measuring child: SCRIPT --_child SPEC_JSON
 _TICKS = os.sysconf("SC_CLK_TCK")
 
-# A bench process (a script, or a measuring child of one) starts TensorFlow as the entry points
-# do: without its start-up notes, and without Keras' optional integrations (seconds of CPU each).
-quiet_startup()
+
+def _quiet_tensorflow_startup() -> None:
+    """A bench process (a script, or a measuring child of one) starts TensorFlow as the entry
+    points do (common/tensorflow_startup.py): without its start-up notes, and without Keras'
+    optional integrations (seconds of CPU each). The module is loaded from its file under a name
+    of its own, so no library package is imported from this checkout: a --baseline child of
+    pretrain_throughput imports the library from an earlier revision."""
+    import importlib.util
+
+    path = os.path.join(ROOT, "common", "tensorflow_startup.py")
+    spec = importlib.util.spec_from_file_location("_bench_tensorflow_startup", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.quiet_startup()
+
+
+_quiet_tensorflow_startup()
 
 
 def log(message: str) -> None:
