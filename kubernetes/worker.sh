@@ -30,9 +30,11 @@ stop_phases() {
     touch "${dir}STOP" && echo "[worker] preemption notice: wrote ${dir}STOP" >&2
   done
 }
+# The trap comes first: a notice that arrives while sshd starts is not lost (sshd itself starts
+# with the default handlers, as a trapped signal's handler is reset in a child).
+trap 'stop_phases' TERM USR1
 "${sshd}" -De &
 sshd_pid=$!
-trap 'stop_phases' TERM USR1
 # wait returns early on a trapped signal: wait again until sshd ends (the kubelet's SIGKILL).
 while kill -0 "${sshd_pid}" 2>/dev/null; do
   wait "${sshd_pid}"
