@@ -115,7 +115,13 @@ def requeued(slurm_cluster, workspace):  # noqa: F811
     wait_for_step(slurm_cluster, job_id, stopped / "phase_1", log)
     notice = slurm_cluster.call("scancel", "-b", "-s", "USR1", job_id)
     assert notice.returncode == 0, notice.stderr
-    fields = slurm_cluster.wait_job(job_id, lambda f: f["Restarts"] == "1", JOB_S, "requeued (Restarts=1)")
+    # Requeued: Restarts counts it at once, the state leaves COMPLETING once the old allocation is gone.
+    fields = slurm_cluster.wait_job(
+        job_id,
+        lambda f: f["Restarts"] == "1" and f["JobState"] != "COMPLETING",
+        JOB_S,
+        "requeued (Restarts=1, allocation released)",
+    )
     straight_id, straight, straight_log = submit(slurm_cluster, workspace, "straight")
     return dict(
         id=job_id,
@@ -139,10 +145,11 @@ def test_usr1_from_scancel_stops_the_job_with_a_checkpoint_and_requeues_it(reque
 
 
 def _finished(cluster, job_id, timeout_s=2 * JOB_S):
-    """Job `job_id`'s fields once it ended (not pending, requeued or running)."""
+    """Job `job_id`'s fields once it ended (not pending, requeued, running or completing: a
+    completing job's allocation is still being released)."""
     return cluster.wait_job(
         job_id,
-        lambda f: f["JobState"] not in ("PENDING", "REQUEUED", "CONFIGURING", "RUNNING"),
+        lambda f: f["JobState"] not in ("PENDING", "REQUEUED", "CONFIGURING", "RUNNING", "COMPLETING"),
         timeout_s,
         "finished",
     )
