@@ -13,6 +13,7 @@ files, which the instances fill round robin.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 
@@ -20,6 +21,7 @@ from common import cli
 from common.errors import UserError
 from common.files import expand_globs
 from common.progress import Progress
+from data.pretraining.instances import InstanceOptions
 from data.pretraining.masking import MASKED_LM_PROB
 
 PROG = "create_pretraining_data"
@@ -35,35 +37,23 @@ def define_instance_flags(
     dupe_factor: int = 10,
 ) -> None:
     """The instance-creation flags, Google's names, help and defaults (its create_pretraining_data
-    dupes 10 times); prepare_data.py's TFRecord stage defines the same with NVIDIA's recipe."""
+    dupes 10 times); prepare_data.py's TFRecord stage defines the same with NVIDIA's recipe. The
+    InstanceOptions fields give their help and kind (a value out of range is refused as parsed)."""
+    defaults = {
+        "max_seq_length": max_seq_length,
+        "max_predictions_per_seq": max_predictions_per_seq,
+        "masked_lm_prob": masked_lm_prob,
+        "dupe_factor": dupe_factor,
+    }
+    option = cli.Flags(flag.fv, InstanceOptions, defaults)
     flag("do_lower_case", "Whether to lower case the input text.", bool, default=True)
-    flag(
-        "do_whole_word_mask",
-        "Whether to use whole word masking rather than per-WordPiece masking.",
-        bool,
-        default=False,
-    )
-    flag("max_seq_length", "Maximum sequence length.", int, default=max_seq_length)
-    flag(
-        "max_predictions_per_seq",
-        "Maximum number of masked LM predictions per sequence.",
-        int,
-        default=max_predictions_per_seq,
-    )
+    option("do_whole_word_mask")
+    option("max_seq_length")
+    option("max_predictions_per_seq")
     flag("random_seed", "Random seed for data generation.", int, default=random_seed)
-    flag(
-        "dupe_factor",
-        "Number of times to duplicate the input data (with different masks).",
-        int,
-        default=dupe_factor,
-    )
-    flag("masked_lm_prob", "Masked LM probability.", float, default=masked_lm_prob)
-    flag(
-        "short_seq_prob",
-        "Probability of creating sequences which are shorter than the maximum length.",
-        float,
-        default=0.1,
-    )
+    option("dupe_factor")
+    option("masked_lm_prob")
+    option("short_seq_prob")
     flag(
         "masking",
         "static: the masks are drawn here and written into the records (Google's layout, "
@@ -75,17 +65,17 @@ def define_instance_flags(
 
 
 def instance_options(F) -> dict:
-    """The instance-creation flags as the writers' keyword arguments (--dupe_factor resolved)."""
-    return {
-        "max_seq_length": F.max_seq_length,
-        "max_predictions_per_seq": F.max_predictions_per_seq,
-        "masked_lm_prob": F.masked_lm_prob,
-        "short_seq_prob": F.short_seq_prob,
-        "dupe_factor": dupe_factor(F),
-        "random_seed": F.random_seed,
-        "do_whole_word_mask": F.do_whole_word_mask,
-        "masking": F.masking,
-    }
+    """The instance-creation flags as the writers' keyword arguments (--dupe_factor resolved),
+    checked together (InstanceOptions' rules across fields) before any file is read."""
+    options = InstanceOptions(
+        max_seq_length=F.max_seq_length,
+        max_predictions_per_seq=F.max_predictions_per_seq,
+        masked_lm_prob=F.masked_lm_prob,
+        short_seq_prob=F.short_seq_prob,
+        dupe_factor=dupe_factor(F),
+        do_whole_word_mask=F.do_whole_word_mask,
+    )
+    return {**dataclasses.asdict(options), "random_seed": F.random_seed, "masking": F.masking}
 
 
 def dupe_factor(F) -> int:
@@ -121,6 +111,7 @@ def run(F) -> int:
     cli.required(F, "input_file", "output_file")
     if not F.vocab_file and not F.spm_model_file:
         raise UserError("--vocab_file (or --spm_model_file) is required.")
+    options = instance_options(F)
     try:
         input_files = expand_globs(F.input_file, "input files", "--input_file")
         output_files = [p.strip() for p in F.output_file.split(",") if p.strip()]
@@ -134,7 +125,7 @@ def run(F) -> int:
                 input_files,
                 output_files,
                 tokenizer,
-                **instance_options(F),
+                **options,
                 progress=progress,
                 log=_log,
                 engine=F.engine,

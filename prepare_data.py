@@ -71,7 +71,7 @@ def define_flags(fv) -> None:
         "corpus_mb",
         "download --dataset python_docs: megabytes of text to build from the "
         "installed Python's documentation and docstrings (offline).",
-        float,
+        "positive",
         default=8.0,
     )
     flag(
@@ -100,16 +100,23 @@ def define_flags(fv) -> None:
         bool,
         default=False,
     )
-    flag("n_training_shards", "Training shards.", int, default=paths.DEFAULT_TRAINING_SHARDS)
-    flag("n_test_shards", "Test shards.", int, default=paths.DEFAULT_TEST_SHARDS)
-    flag("fraction_test_set", "Fraction of documents held out.", float, default=paths.DEFAULT_FRACTION_TEST)
-    flag("max_sentence_chars", "Sentences longer than this are cut at spaces (counted).", int, default=2048)
+    flag("n_training_shards", "Training shards.", "count", default=paths.DEFAULT_TRAINING_SHARDS)
+    flag("n_test_shards", "Test shards.", "steps", default=paths.DEFAULT_TEST_SHARDS)
+    flag(
+        "fraction_test_set",
+        "Fraction of documents held out.",
+        "proportion",
+        default=paths.DEFAULT_FRACTION_TEST,
+    )
+    flag(
+        "max_sentence_chars", "Sentences longer than this are cut at spaces (counted).", "count", default=2048
+    )
     flag("vocab_file", "An existing WordPiece vocab.txt.", str, default=None)
     flag("spm_model_file", "An existing SentencePiece model.", str, default=None)
     flag("vocab_type", "Vocabulary to train.", ["wordpiece", "sentencepiece"], default="wordpiece")
-    flag("vocab_size", "Size of a trained vocabulary.", int, default=30522)
-    flag("vocab_min_frequency", "WordPiece training: minimum pair frequency.", int, default=2)
-    flag("unused_tokens", "[unusedN] slots after the specials.", int, default=0)
+    flag("vocab_size", "Size of a trained vocabulary.", "count", default=30522)
+    flag("vocab_min_frequency", "WordPiece training: minimum pair frequency.", "count", default=2)
+    flag("unused_tokens", "[unusedN] slots after the specials.", "steps", default=0)
     import create_pretraining_data
 
     create_pretraining_data.define_instance_flags(
@@ -129,14 +136,14 @@ def define_flags(fv) -> None:
     flag(
         "n_processes",
         "Worker processes (default: all cores; per MPI rank: cores / ranks on the node).",
-        int,
+        "count",
         default=None,
     )
     flag(
         "rank_timeout_seconds",
         "Under mpirun/srun: a rank waiting for the others stops the stage, naming the rank, when "
         "that rank's heartbeat stood still this long (it died or hangs).",
-        float,
+        "positive",
         default=DEFAULT_TIMEOUT_S,
     )
     flag("verify", "How a re-run checks existing outputs.", ["sha256", "size"], default="sha256")
@@ -144,8 +151,8 @@ def define_flags(fv) -> None:
     flag("wiki_dump", "Wikipedia dump date (YYYYMMDD) or latest.", str, default="latest")
     flag("google_models", "Google checkpoints to download.", str, default="uncased_L-12_H-768_A-12")
     flag("mirror", "download: replace the scheme and host of every URL.", str, default=None)
-    flag("retries", "Download retries.", int, default=5)
-    flag("timeout", "Download timeout in seconds.", float, default=60.0)
+    flag("retries", "Download retries.", "steps", default=5)
+    flag("timeout", "Download timeout in seconds.", "positive", default=60.0)
     flag(
         "progress",
         "Progress bar on a terminal / periodic lines in logs (--noprogress or --no_progress turns it off).",

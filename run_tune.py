@@ -49,7 +49,21 @@ SET_BY_TUNER = (
     "triton_repository",
     "eval_every_n_steps",
 )
-DEFAULT_EVAL_EVERY = 100
+# run_tune.py's flags that are TuneSettings fields of the same name.
+STUDY_FLAGS = (
+    "metric",
+    "n_trials",
+    "sampler",
+    "sampler_seed",
+    "pruner",
+    "pruner_startup_trials",
+    "pruner_warmup_steps",
+    "study_name",
+    "storage",
+    "num_gpus",
+    "heartbeat_seconds",
+    "trial_retries",
+)
 
 
 def define_flags(fv) -> None:
@@ -77,43 +91,14 @@ def define_flags(fv) -> None:
     flag("num_train_epochs_choices", "Epoch counts to choose from, e.g. 2,3,4.", str)
     flag("warmup_proportion_range", "LOW,HIGH: warmup proportion, uniform.", str)
     flag("seed_choices", "Seeds to choose from, e.g. 1,2,3.", str)
-    flag("metric", "Dev metric to maximise; default the task's main one (MRPC f1, SQuAD f1, CoLA ...).", str)
-    flag("n_trials", "Trials to finish (complete or pruned), counting every worker's.", "count", default=20)
     flag("timeout", "Start no trial after this long (3600, 90m, 2h); a running trial finishes.", str)
-    flag("sampler", "TPE, or random sampling.", search.SAMPLERS, default="tpe")
-    flag("sampler_seed", "Seed of the sampler (a reproducible sequence of trials).", int)
-    flag("pruner", "Median, successive halving, or none.", search.PRUNERS, default="median")
-    flag(
-        "pruner_startup_trials",
-        "The median pruner prunes nothing before this many trials ended.",
-        "steps",
-        default=5,
-    )
-    flag("pruner_warmup_steps", "The median pruner prunes no trial before this update.", "steps", default=0)
-    flag("study_name", "Optuna study name; default the output directory's name.", str)
-    flag("storage", "Optuna storage URL (postgresql://, mysql+pymysql://, sqlite:///); default SQLite.", str)
-    flag(
-        "num_gpus",
-        "Workers per trial; more than 1 launches each trial through horovodrun.",
-        "count",
-        default=1,
-    )
+    study = cli.Flags(fv, search.TuneSettings)  # kind, default and help from the settings' fields
+    for name in STUDY_FLAGS:
+        study(name)
     flag(
         "launcher_args",
         "Extra arguments for each trial's horovodrun/mpirun, e.g. '--gloo -H localhost:2' (default $LAUNCHER_ARGS).",
         str,
-    )
-    flag(
-        "heartbeat_seconds",
-        "Trial heartbeat; a trial silent for 3 beats is marked failed.",
-        "count",
-        default=60,
-    )
-    flag(
-        "trial_retries",
-        "Times a trial whose worker died is re-queued with the same parameters.",
-        "steps",
-        default=2,
     )
     flag(
         "dashboard",
@@ -213,31 +198,20 @@ def run(F) -> int:
     for name in SET_BY_TUNER[2:]:
         if F[name].present and name != "eval_every_n_steps":
             raise UserError(f"--{name} is set by the tuner for every trial; leave it out.")
-    eval_every = F.eval_every_n_steps if F["eval_every_n_steps"].present else DEFAULT_EVAL_EVERY
+    given = {"eval_every_n_steps": F.eval_every_n_steps} if F["eval_every_n_steps"].present else {}
     settings = search.TuneSettings(
         output_dir=F.output_dir,
         task_name=F.task_name,
         space=_space(F),
         trial_flags=_trial_flags(F, kind),
-        metric=F.metric,
         version_2_with_negative=F.version_2_with_negative,
-        n_trials=F.n_trials,
         timeout_seconds=search.parse_timeout(F.timeout),
-        sampler=F.sampler,
-        sampler_seed=F.sampler_seed,
-        pruner=F.pruner,
-        pruner_startup_trials=F.pruner_startup_trials,
-        pruner_warmup_steps=F.pruner_warmup_steps,
-        eval_every_n_steps=eval_every,
-        study_name=F.study_name,
-        storage=F.storage,
-        num_gpus=F.num_gpus,
         trial_prefix=_trial_prefix(F),
-        heartbeat_seconds=F.heartbeat_seconds,
-        trial_retries=F.trial_retries,
+        **{name: F[name].value for name in STUDY_FLAGS},
+        **given,
     )
     search.validate(settings)
-    _check_task(F, kind, eval_every)
+    _check_task(F, kind, settings.eval_every_n_steps)
     search.run(settings)
     return 0
 

@@ -193,12 +193,17 @@ def redefault(settings_class, name: str, default):
     return dataclasses.field(default=default, metadata=field.metadata)
 
 
-def refusal(name: str, kind: str, value) -> str | None:
-    """The sentence refusing `value` for --name as common/kinds.py's `kind`; None when it is
-    accepted. None (an optional setting left out) is always accepted."""
-    if value is None or KINDS[kind].accepts(value):
+def refusal(name: str, kind, value) -> str | None:
+    """The sentence refusing `value` for --name as `kind` (a common/kinds.py name, or a tuple or
+    list of the choices); None when it is accepted, or when `kind` is a Python type (absl's flag
+    parser checks those). None (an optional setting left out) is always accepted."""
+    if value is None:
         return None
-    return f"--{name} must be {KINDS[kind].rule} (got {value!r})."
+    if isinstance(kind, str):
+        return None if KINDS[kind].accepts(value) else f"--{name} must be {KINDS[kind].rule} (got {value!r})."
+    if isinstance(kind, (tuple, list)) and value not in kind:
+        return f"--{name} must be one of {', '.join(kind)} (got {value!r})."
+    return None
 
 
 def check_settings(settings) -> None:
@@ -206,8 +211,7 @@ def check_settings(settings) -> None:
     metadata["kind"] refuses its value: the check library callers get, who build the dataclass
     without flags."""
     for field in dataclasses.fields(settings):
-        kind = field.metadata.get("kind")
-        message = isinstance(kind, str) and refusal(field.name, kind, getattr(settings, field.name))
+        message = refusal(field.name, field.metadata.get("kind"), getattr(settings, field.name))
         if message:
             raise UserError(message)
 
@@ -218,6 +222,7 @@ _TYPE_OF_KIND = {
     "steps": int,
     "rate": float,
     "epochs": float,
+    "positive": float,
     "proportion": float,
     "bool": bool,
     "precision": str,

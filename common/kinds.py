@@ -69,6 +69,7 @@ KINDS = {
         Kind("steps", "an integer >= 0", lambda v: isinstance(v, int) and v >= 0, _integer),
         Kind("rate", "a number in (0, 1]", lambda v: _real(v) and 0.0 < v <= 1.0, _number),
         Kind("epochs", "a positive number", lambda v: _real(v) and v > 0.0, _number),
+        Kind("positive", "a positive number", lambda v: _real(v) and v > 0.0, _number),  # seconds, MB
         Kind("proportion", "a number in [0, 1]", lambda v: _real(v) and 0.0 <= v <= 1.0, _number),
         Kind("bool", "true or false", lambda v: isinstance(v, bool), _boolean),
         Kind("precision", f"one of {', '.join(PRECISIONS)}", lambda v: v in PRECISIONS, str),

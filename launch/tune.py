@@ -9,6 +9,7 @@ import os
 from launch import finetuning as ft
 from launch.engine import Launcher, Setting
 from training import tasks
+from tuning import search
 
 SQUAD_NAMES = {"1.1": "SQuAD", "2.0": "SQuAD2"}  # the canonical name of each version
 
@@ -96,7 +97,7 @@ LAUNCHER = Launcher(
         Setting(
             "task_name", "MRPC", "custom", "SQuAD, SQuAD2 or a GLUE task (any case)", parse=tune_task_name
         ),
-        Setting("n_trials", "20", "count", "trials to finish (complete or pruned), every worker's counted"),
+        Setting.of_field(search.TuneSettings, "n_trials", positional=True),
         Setting("num_gpu", "1", "count", "GPUs per trial (horovodrun -np num_gpu)"),
         ft.bert_model(),
         ft.PRECISION,

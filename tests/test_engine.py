@@ -332,6 +332,7 @@ KIND_CASES = {
     "steps": ("0", "-1", "x (argument 1) must be an integer >= 0, got '-1'.", "0", 0),
     "rate": ("5e-4", "2", "x (argument 1) must be a number in (0, 1] such as 5e-4, got '2'.", "1e-3", 0.001),
     "epochs": ("2.0", "0", "x (argument 1) must be a positive number such as 2.0, got '0'.", ".5", 0.5),
+    "positive": ("60", "-1", "x (argument 1) must be a positive number such as 60, got '-1'.", "0.5", 0.5),
     "proportion": (
         "0.1",
         "1.5",

@@ -5,6 +5,7 @@ import random
 
 import pytest
 
+from common.errors import UserError
 from data.pretraining import schema
 from data.pretraining.instances import (
     InstanceOptions,
@@ -131,9 +132,11 @@ def test_pinned_first_instances_with_seed():
 
 
 def test_options_are_validated():
-    with pytest.raises(ValueError, match="max_seq_length"):
+    with pytest.raises(UserError, match=r"^--max_seq_length must be at least 5 \(got 4\)\.$"):
         InstanceOptions(max_seq_length=4)
-    with pytest.raises(ValueError, match="masked_lm_prob"):
+    with pytest.raises(UserError, match=r"^--masked_lm_prob must be a number in \[0, 1\] \(got 1\.5\)\.$"):
         InstanceOptions(masked_lm_prob=1.5)
-    with pytest.raises(ValueError, match="dupe_factor"):
+    with pytest.raises(UserError, match=r"^--dupe_factor must be a positive integer \(got 0\)\.$"):
         InstanceOptions(dupe_factor=0)
+    with pytest.raises(UserError, match=r"^--max_predictions_per_seq=9 exceeds --max_seq_length=8\.$"):
+        InstanceOptions(max_seq_length=8, max_predictions_per_seq=9)

@@ -44,6 +44,7 @@ import subprocess
 import sys
 import time
 
+from common.cli import check_settings, setting
 from common.errors import PREEMPTED_EXIT_STATUS, Preempted, StorageError, UserError
 from common.files import ensure_writable_dir, read_json
 from training.preemption import StopRequests, request_stop
@@ -66,36 +67,51 @@ class TrialFailed(Exception):
 
 @dataclasses.dataclass(frozen=True)
 class TuneSettings:
-    """run_tune.py's flags (see its --help for each)."""
+    """run_tune.py's settings: the study's own, each declared once (kind, default, the help of its
+    flag, which run_tune.py and the run_tune.sh launcher read), and what the command line gives
+    every trial."""
 
     output_dir: str
     task_name: str
     space: dict  # name -> Dimension
     trial_flags: tuple = ()  # the fine-tuning flags every trial gets (--data_dir=..., --init_checkpoint=...)
-    metric: str | None = None  # default: the task's first official metric
+    metric: str | None = setting(
+        str, None, "Dev metric to maximise; default the task's main one (MRPC f1, SQuAD f1, CoLA ...)."
+    )
     version_2_with_negative: bool = False
-    n_trials: int = 20
-    timeout_seconds: float | None = None
-    sampler: str = "tpe"
-    sampler_seed: int | None = None
-    pruner: str = "median"
-    pruner_startup_trials: int = 5
-    pruner_warmup_steps: int = 0
-    eval_every_n_steps: int = 100
-    study_name: str | None = None  # default: the output directory's name
-    storage: str | None = None  # default: sqlite:///<output_dir>/study.db
-    num_gpus: int = 1
+    n_trials: int = setting("count", 20, "Trials to finish (complete or pruned), counting every worker's.")
+    timeout_seconds: float | None = None  # run_tune.py's --timeout, parsed (parse_timeout)
+    sampler: str = setting(SAMPLERS, "tpe", "TPE, or random sampling.")
+    sampler_seed: int | None = setting(int, None, "Seed of the sampler (a reproducible sequence of trials).")
+    pruner: str = setting(PRUNERS, "median", "Median, successive halving, or none.")
+    pruner_startup_trials: int = setting(
+        "steps", 5, "The median pruner prunes nothing before this many trials ended."
+    )
+    pruner_warmup_steps: int = setting("steps", 0, "The median pruner prunes no trial before this update.")
+    eval_every_n_steps: int = setting("count", 100)  # a trial's evaluations: its pruning points
+    study_name: str | None = setting(str, None, "Optuna study name; default the output directory's name.")
+    storage: str | None = setting(
+        str, None, "Optuna storage URL (postgresql://, mysql+pymysql://, sqlite:///); default SQLite."
+    )
+    num_gpus: int = setting(
+        "count", 1, "Workers per trial; more than 1 launches each trial through horovodrun."
+    )
     # The argv in front of each trial's run_*.py (launch.workers.trial_prefix: horovodrun or mpirun
     # for num_gpus > 1); empty: this Python, one process.
     trial_prefix: tuple[str, ...] = ()
-    heartbeat_seconds: int = 60
-    trial_retries: int = 2  # times a trial whose worker died is re-queued with the same parameters
+    heartbeat_seconds: int = setting(
+        "count", 60, "Trial heartbeat; a trial silent for 3 beats is marked failed."
+    )
+    trial_retries: int = setting(
+        "steps", 2, "Times a trial whose worker died is re-queued with the same parameters."
+    )
 
 
 def validate(s: TuneSettings) -> str:
     """UserError naming the first setting that cannot work; returns the metric to maximise."""
     from training import tasks
 
+    check_settings(s)  # each field's kind
     metrics = tasks.find(s.task_name).metrics(s.task_name, s.version_2_with_negative)
     metric = s.metric or metrics[0]
     if metric not in metrics:
@@ -104,18 +120,8 @@ def validate(s: TuneSettings) -> str:
         )
     if not s.output_dir:
         raise UserError("--output_dir is required (the study's directory).")
-    for name in ("n_trials", "eval_every_n_steps", "num_gpus", "heartbeat_seconds"):
-        if getattr(s, name) < 1:
-            raise UserError(f"--{name} must be at least 1 (got {getattr(s, name)}).")
-    for name in ("pruner_startup_trials", "pruner_warmup_steps", "trial_retries"):
-        if getattr(s, name) < 0:
-            raise UserError(f"--{name} must be >= 0 (got {getattr(s, name)}).")
     if s.timeout_seconds is not None and not s.timeout_seconds > 0:
         raise UserError(f"--timeout must be positive (got {s.timeout_seconds}).")
-    if s.sampler not in SAMPLERS:
-        raise UserError(f"--sampler must be one of {', '.join(SAMPLERS)} (got {s.sampler!r}).")
-    if s.pruner not in PRUNERS:
-        raise UserError(f"--pruner must be one of {', '.join(PRUNERS)} (got {s.pruner!r}).")
     if not s.space:
         raise UserError("The search space is empty.")
     return metric

@@ -21,46 +21,43 @@ implements the same draws in C for speed, and the tests hold the two to identica
 from __future__ import annotations
 
 import dataclasses
-import numbers
 from typing import Any
 
+from common.cli import check_settings, setting
+from common.errors import UserError
 from data.pretraining.masking import MASKED_LM_PROB, create_masked_lm_predictions
-
-
-def _is_int(value):
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 @dataclasses.dataclass(frozen=True)
 class InstanceOptions:
-    """Google's flags for instance creation (its defaults)."""
+    """Google's flags for instance creation, each declared once: its kind, Google's default and
+    the help text that create_pretraining_data.py's and prepare_data.py's flags read."""
 
-    max_seq_length: int = 128
-    max_predictions_per_seq: int = 20
-    masked_lm_prob: float = MASKED_LM_PROB
-    short_seq_prob: float = 0.1
-    dupe_factor: int = 10
-    do_whole_word_mask: bool = False
+    max_seq_length: int = setting("count", 128, "Maximum sequence length.")
+    max_predictions_per_seq: int = setting(
+        "count", 20, "Maximum number of masked LM predictions per sequence."
+    )
+    masked_lm_prob: float = setting("proportion", MASKED_LM_PROB, "Masked LM probability.")
+    short_seq_prob: float = setting(
+        "proportion", 0.1, "Probability of creating sequences which are shorter than the maximum length."
+    )
+    dupe_factor: int = setting(
+        "count", 10, "Number of times to duplicate the input data (with different masks)."
+    )
+    do_whole_word_mask: bool = setting(
+        "bool", False, "Whether to use whole word masking rather than per-WordPiece masking."
+    )
 
     def __post_init__(self):
+        check_settings(self)
         # [CLS] A [SEP] B [SEP] with A and B non-empty, and randint(2, max_num_tokens).
-        if not _is_int(self.max_seq_length) or self.max_seq_length < 5:
-            raise ValueError(f"max_seq_length must be an integer >= 5, got {self.max_seq_length!r}.")
-        if not _is_int(self.max_predictions_per_seq) or self.max_predictions_per_seq < 1:
-            raise ValueError(
-                f"max_predictions_per_seq must be an integer >= 1, got {self.max_predictions_per_seq!r}."
-            )
+        if self.max_seq_length < 5:
+            raise UserError(f"--max_seq_length must be at least 5 (got {self.max_seq_length}).")
         if self.max_predictions_per_seq > self.max_seq_length:
-            raise ValueError(
-                f"max_predictions_per_seq={self.max_predictions_per_seq} exceeds "
-                f"max_seq_length={self.max_seq_length}."
+            raise UserError(
+                f"--max_predictions_per_seq={self.max_predictions_per_seq} exceeds "
+                f"--max_seq_length={self.max_seq_length}."
             )
-        for name in ("masked_lm_prob", "short_seq_prob"):
-            value = getattr(self, name)
-            if not 0.0 <= value <= 1.0:
-                raise ValueError(f"{name} must be within [0, 1], got {value!r}.")
-        if not _is_int(self.dupe_factor) or self.dupe_factor < 1:
-            raise ValueError(f"dupe_factor must be an integer >= 1, got {self.dupe_factor!r}.")
 
 
 @dataclasses.dataclass

@@ -21,6 +21,7 @@ from common.errors import UserError
 from common.files import ensure_writable_dir, read_json, sha256_file
 from data import paths
 from data.corpus.parallel import bounded_imap, report_progress
+from data.pretraining.instances import InstanceOptions
 from data.pretraining.masking import MASKED_LM_PROB
 from data.stage import Run, Runtime, Stage
 
@@ -126,18 +127,7 @@ def _input_rel(out: str) -> str:
     return os.path.splitext(out)[0] + ".txt"
 
 
-def _check_settings(
-    vocab_file,
-    spm_model_file,
-    n_processes,
-    *,
-    max_seq_length,
-    max_predictions_per_seq,
-    masked_lm_prob,
-    dupe_factor,
-    masking,
-    **_,
-) -> None:
+def _check_settings(vocab_file, spm_model_file, n_processes, *, masking, **instance_options) -> None:
     if masking not in ("static", "dynamic"):
         raise UserError(f"--masking must be static or dynamic (got {masking!r}).")
     if (vocab_file is None) == (spm_model_file is None):
@@ -147,12 +137,7 @@ def _check_settings(
         )
     if n_processes < 1:
         raise UserError(f"--n_processes must be at least 1 (got {n_processes}).")
-    if max_seq_length < 5 or max_predictions_per_seq < 1 or not 0 < masked_lm_prob < 1 or dupe_factor < 1:
-        raise UserError(
-            f"Invalid instance settings: --max_seq_length {max_seq_length} (>= 5), "
-            f"--max_predictions_per_seq {max_predictions_per_seq} (>= 1), --masked_lm_prob "
-            f"{masked_lm_prob} (in (0, 1)), --dupe_factor {dupe_factor} (>= 1)."
-        )
+    InstanceOptions(**instance_options)  # their kinds and rules, before any worker starts
 
 
 def _tokenizer_args(vocab_file, spm_model_file, do_lower_case) -> dict:
