@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from conftest import ROOT, worker_env
+from conftest import ROOT, XLA_CACHE_FLAG, worker_env
 
 # TensorFlow's start-up notes (common/tensorflow_startup.py), matched loosely on purpose: any line
 # that carries one of them counts, whichever process printed it.
@@ -21,6 +21,10 @@ STARTUP_NOTE = re.compile(r"absl::InitializeLog|oneDNN custom operations are on|
 def test_quickstart_runs_every_stage_and_prints_the_results(tmp_path, minilm_dir):
     # A few updates per fine-tune: the stages' wiring is checked here, their quality in the full run.
     env = {**worker_env(), "QUICKSTART_QA_EPOCHS": "0.05", "QUICKSTART_MINILM_EPOCHS": "0.02"}
+    # Without the suite's XLA cache, as a user runs it: reading a cache entry, TensorFlow tries the
+    # text format first, and protobuf logs that failure (after absl's preface) before the binary
+    # read succeeds, so a warm cache would put lines on stderr that no user sees.
+    env["TF_XLA_FLAGS"] = env.get("TF_XLA_FLAGS", "").replace(XLA_CACHE_FLAG, "").strip()
     result = subprocess.run(
         [
             "bash",
