@@ -39,6 +39,7 @@ from common import cli
 from common.errors import UserError
 from common.progress import Progress, summary
 from data import paths
+from data.settings import PrepSettings
 from training.distributed import launched_world
 
 PROG = "prepare_data"
@@ -100,14 +101,10 @@ def define_flags(fv) -> None:
         bool,
         default=False,
     )
-    flag("n_training_shards", "Training shards.", "count", default=paths.DEFAULT_TRAINING_SHARDS)
-    flag("n_test_shards", "Test shards.", "steps", default=paths.DEFAULT_TEST_SHARDS)
-    flag(
-        "fraction_test_set",
-        "Fraction of documents held out.",
-        "proportion",
-        default=paths.DEFAULT_FRACTION_TEST,
-    )
+    shared = cli.Flags(fv, PrepSettings)  # declared once with scripts/data_download.sh's settings
+    shared("n_training_shards")
+    shared("n_test_shards")
+    shared("fraction_test_set")
     flag(
         "max_sentence_chars", "Sentences longer than this are cut at spaces (counted).", "count", default=2048
     )
@@ -133,12 +130,7 @@ def define_flags(fv) -> None:
         str,
         default=None,
     )
-    flag(
-        "n_processes",
-        "Worker processes (default: all cores; per MPI rank: cores / ranks on the node).",
-        "count",
-        default=None,
-    )
+    shared("n_processes")
     flag(
         "rank_timeout_seconds",
         "Under mpirun/srun: a rank waiting for the others stops the stage, naming the rank, when "

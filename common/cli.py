@@ -25,8 +25,8 @@ its own.
     flag("search_space", "YAML/JSON file of the space.", str)
     flag.alias("horovod", "use_horovod")
 
-`kind` is a name from common/kinds.py ("count", "steps", "rate", "epochs", "proportion", "bool",
-"precision"), a Python type (str, int, float, bool) or a collection of choices; left out, it is
+`kind` is a name from common/kinds.py ("count", "steps", "rate", "epochs", "positive",
+"proportion", "fraction", "bool", "precision"), a Python type (str, int, float, bool) or a collection of choices; left out, it is
 the settings field's metadata["kind"] (see `setting`). A flag of a kinds.py kind gets a validator
 from that table, so a bad value stops at parse time (exit 2) with `refusal`'s sentence, e.g.
 "--learning_rate must be a number in (0, 1] (got 2.0)": the sentence the jobs' settings checks
@@ -224,6 +224,7 @@ _TYPE_OF_KIND = {
     "epochs": float,
     "positive": float,
     "proportion": float,
+    "fraction": float,
     "bool": bool,
     "precision": str,
 }

@@ -71,6 +71,8 @@ KINDS = {
         Kind("epochs", "a positive number", lambda v: _real(v) and v > 0.0, _number),
         Kind("positive", "a positive number", lambda v: _real(v) and v > 0.0, _number),  # seconds, MB
         Kind("proportion", "a number in [0, 1]", lambda v: _real(v) and 0.0 <= v <= 1.0, _number),
+        # A part that leaves the rest non-empty: the documents held out for the test shards.
+        Kind("fraction", "a number in [0, 1)", lambda v: _real(v) and 0.0 <= v < 1.0, _number),
         Kind("bool", "true or false", lambda v: isinstance(v, bool), _boolean),
         Kind("precision", f"one of {', '.join(PRECISIONS)}", lambda v: v in PRECISIONS, str),
     )

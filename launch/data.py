@@ -17,8 +17,8 @@ import os
 import re
 
 from common.errors import UserError
-from common.kinds import KINDS
 from data import paths as data_paths
+from data.settings import PrepSettings
 from launch.engine import Launcher, PathOption, Plan, Setting, Step, absolute
 from launch.workers import UsageError
 
@@ -26,17 +26,6 @@ RECIPE = data_paths.recipe()
 TARGETS = ("wiki_only", "squad", "glue", "all")
 # Where prepare_data.py --action download --dataset google_pretrained_weights puts the vocab.
 GOOGLE_VOCAB = ("download", "google_pretrained_weights", "uncased_L-12_H-768_A-12", "vocab.txt")
-
-
-def _test_fraction(text: str) -> str:
-    rule = "a number in [0, 1)"
-    try:
-        fraction = KINDS["proportion"].parse(text)
-    except ValueError:
-        raise ValueError(rule) from None
-    if fraction >= 1.0:
-        raise ValueError(rule)
-    return text
 
 
 def _vocab_size(text: str) -> str:
@@ -82,15 +71,9 @@ SETTINGS = (
     _named(
         "train_vocab", "", "custom", "train a WordPiece vocab of this many entries on the shards", _vocab_size
     ),
-    _named("n_training_shards", str(RECIPE["n_training_shards"]), "count", "training shards"),
-    _named("n_test_shards", str(RECIPE["n_test_shards"]), "steps", "test shards (0 or more)"),
-    _named(
-        "fraction_test_set",
-        str(RECIPE["fraction_test_set"]),
-        "custom",
-        "fraction of documents held out",
-        _test_fraction,
-    ),
+    Setting.of_field(PrepSettings, "n_training_shards"),
+    Setting.of_field(PrepSettings, "n_test_shards"),
+    Setting.of_field(PrepSettings, "fraction_test_set"),
     Setting(
         "masking",
         "static",
@@ -107,7 +90,7 @@ SETTINGS = (
         f"copies of the data with different masks (default {RECIPE['dupe_factor']}; 1 with --masking dynamic)",
     ),
     _named("phases", "1 2", "custom", 'TFRecord phases to build: "1 2", "1" or "2"', _phases),
-    _named("n_processes", "", "count", "worker processes (default: all cores)"),
+    Setting.of_field(PrepSettings, "n_processes", default=""),
     _named("mirror", "", "text", "download from a mirror with the same paths (a URL)"),
     _named("wiki_dump", "latest", "custom", "Wikipedia dump: latest or YYYYMMDD", _wiki_dump),
     _named("glue_tasks", "all", "text", "comma-separated GLUE tasks, or all"),

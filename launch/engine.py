@@ -28,7 +28,7 @@ FLAG_ALIASES = {
     "eval_files_dir": "eval_files",
 }
 # Kinds whose rule reads better with the setting's own default as an example.
-_WITH_EXAMPLE = ("rate", "epochs", "positive", "proportion")
+_WITH_EXAMPLE = ("rate", "epochs", "positive", "proportion", "fraction")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -340,6 +340,13 @@ KIND_CASES = {
         "1",
         1.0,
     ),
+    "fraction": (
+        "0.1",
+        "1",
+        "x (argument 1) must be a number in [0, 1) such as 0.1, got '1'.",
+        "0",
+        0.0,
+    ),
     "bool": ("true", "yes", "x (argument 1) must be true or false, got 'yes'.", "false", False),
     "precision": (
         "fp16",
