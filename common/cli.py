@@ -158,7 +158,13 @@ def define_job_flags(flag) -> None:
     flag("use_horovod", default=None)
     flag.alias("horovod", "use_horovod")
     flag("bin_size", default=None)
-    for name in ("save_checkpoints_steps", "keep_checkpoints", "log_every_n_steps", "seed"):
+    for name in (
+        "save_checkpoints_steps",
+        "save_checkpoints_minutes",
+        "keep_checkpoints",
+        "log_every_n_steps",
+        "seed",
+    ):
         flag(name)
     flag("deterministic")
     flag("worker_timeout_seconds")

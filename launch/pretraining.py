@@ -62,6 +62,7 @@ SETTINGS = (
         positional=False,
     ),
     Setting.of_field(JobSettings, "bin_size"),
+    Setting.of_field(JobSettings, "save_checkpoints_minutes", default=""),
 )
 
 PATHS = (
@@ -325,6 +326,8 @@ def _phase_flags(phase: Phase, v: dict, text: dict, paths: dict, init: str, work
         ("do_train", "true"),
         ("bin_size", text["bin_size"]),
     ]
+    if text["save_checkpoints_minutes"]:
+        flags.append(("save_checkpoints_minutes", text["save_checkpoints_minutes"]))
     if v["do_eval"]:
         flags += [("do_eval", "true"), ("eval_files", os.path.join(data, "test", "*"))]
     return flags
@@ -344,6 +347,7 @@ ORIGIN = {
     "use_horovod": "num_gpus",
     "do_eval": "do_eval",
     "bin_size": "bin_size",
+    "save_checkpoints_minutes": "save_checkpoints_minutes",
 }
 
 

@@ -135,6 +135,21 @@ def _worker(workdir):
             step=result["step"],
             **{name.replace("/", "."): w.numpy() for name, w in weights.items()},
         )
+    # Checkpoints by the clock, the clocks disagreeing: worker 0's finds every read an hour after
+    # the last checkpoint, worker 1's never a second later. Worker 0's answer is both workers'.
+    from training import loop
+
+    hours = iter(range(1000))
+    loop._SaveClock.now = staticmethod((lambda: 3600.0 * next(hours)) if dist.rank == 0 else (lambda: 0.0))
+    clocked = dataclasses.replace(
+        settings,
+        output_dir=os.path.join(workdir, "clock"),
+        num_train_steps=3,
+        save_checkpoints_steps=100,
+        save_checkpoints_minutes=1.0,
+        do_eval=False,
+    )
+    job.run(clocked, pretraining_job.PretrainingTask())
 
 
 def _horovodrun(workdir):
@@ -238,7 +253,8 @@ def test_run_pretraining_under_horovodrun_leaves_both_workers_identical_and_resu
     }
     with open(out / "log.jsonl") as f:
         assert [json.loads(line)["step"] for line in f] == [1, 2, 3, 4]  # rank 0 alone logs
-    assert launch.stdout.count("Resolved pretraining settings:") == 2  # rank 0's, once per run
+    # Rank 0's, once per run: these two and the clock's (below).
+    assert launch.stdout.count("Resolved pretraining settings:") == 3
     assert os.path.isfile(out / "eval_results.json")
     # One worker may continue it (tests/test_resize.py), but not with micro-batches that cannot
     # make the global batch of 16.
@@ -249,6 +265,14 @@ def test_run_pretraining_under_horovodrun_leaves_both_workers_identical_and_resu
         "--train_batch_size=3 cannot make it with whole micro-batches: use a --train_batch_size that "
         "divides 16."
     ) in capsys.readouterr().err
+
+
+def test_a_checkpoint_due_by_worker_0s_clock_is_saved_by_both_workers(two_workers):
+    workdir = two_workers[0]
+    # Logged at every update, so each update is a read where the clock is asked.
+    assert sorted(os.listdir(workdir / "clock" / "worker_state")) == [
+        f"ckpt-{step}-rank-{rank}-of-2" for step in (1, 2, 3) for rank in (0, 1)
+    ]
 
 
 if __name__ == "__main__":

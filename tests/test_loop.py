@@ -137,6 +137,36 @@ def test_updates_are_read_at_log_and_save_steps_and_end_where_reading_each_would
             assert entry[key] == logged[entry["step"]][key], key
 
 
+def test_save_checkpoints_minutes_saves_at_the_first_read_once_the_minutes_passed(
+    tmp_path, tiny_config, monkeypatch
+):
+    # A clock that reads one minute per applied update; 3 minutes between checkpoints, logging
+    # (and so reading the device) every 2 updates, the step cadence out of reach.
+    step = _step(tiny_config)
+    monkeypatch.setattr(loop._SaveClock, "now", staticmethod(lambda: 60.0 * int(step.optimizer.iterations)))
+    loop.train(
+        step,
+        iter(_batches(tiny_config, 10)),
+        Checkpointer(str(tmp_path), step, keep=5),
+        _log(tmp_path, 10, every=2),
+        num_train_steps=10,
+        save_checkpoints_steps=100,
+        save_checkpoints_minutes=3,
+    )
+    # 4 minutes at step 4 (the first read at or past 3), 4 more at step 8, and the last step.
+    assert sorted(int(p.name[5:-6]) for p in tmp_path.glob("ckpt-*.index")) == [4, 8, 10]
+    with pytest.raises(ValueError, match="save_checkpoints_minutes must be > 0"):
+        loop.train(
+            step,
+            iter([]),
+            Checkpointer(str(tmp_path), step),
+            _log(tmp_path, 10),
+            num_train_steps=10,
+            save_checkpoints_steps=1,
+            save_checkpoints_minutes=0,
+        )
+
+
 def test_periodic_callbacks_see_exactly_their_step(tmp_path, tiny_config):
     step = _step(tiny_config)
     reads = _counting_reads(step)

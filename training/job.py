@@ -88,6 +88,13 @@ class JobSettings:
     save_checkpoints_steps: int = setting(
         "count", 1000, "Write a checkpoint every this many updates (and at the end)."
     )
+    save_checkpoints_minutes: float | None = setting(
+        "positive",
+        None,
+        "Also write a checkpoint once this many minutes passed since the last one, at the next "
+        "step that logs (worker 0's clock: every worker saves at the same update); default: by "
+        "steps only.",
+    )
     keep_checkpoints: int = setting("count", 5, "How many of the newest checkpoints to keep.")
     log_every_n_steps: int = setting(
         "count",
@@ -309,6 +316,7 @@ def _train(s: JobSettings, task, plan: Plan, step, out, tracker=None):
         batches,
         num_train_steps=plan.steps,
         save_checkpoints_steps=s.save_checkpoints_steps,
+        save_checkpoints_minutes=s.save_checkpoints_minutes,
         periodic=task.periodic(s, plan, step, training.log, out),
     )
     return metrics, training.log
@@ -516,7 +524,16 @@ class Training:
     stop: object  # training.preemption.StopRequests
     watchdog: object  # training.watchdog.Watchdog
 
-    def run(self, step, micro_batches, *, num_train_steps: int, save_checkpoints_steps: int, periodic=None):
+    def run(
+        self,
+        step,
+        micro_batches,
+        *,
+        num_train_steps: int,
+        save_checkpoints_steps: int,
+        save_checkpoints_minutes: float | None = None,
+        periodic=None,
+    ):
         """loop.train over this worker's `micro_batches` (from the position's start) with the
         preemption notices and the watchdog in force; the last metrics."""
         from training import loop
@@ -529,6 +546,7 @@ class Training:
                 self.log,
                 num_train_steps=num_train_steps,
                 save_checkpoints_steps=save_checkpoints_steps,
+                save_checkpoints_minutes=save_checkpoints_minutes,
                 periodic=periodic,
                 stop=self.stop,
                 watchdog=self.watchdog,

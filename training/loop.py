@@ -8,8 +8,10 @@
     results = evaluate(step, batches, output_dir=..., global_step=...)
 
 Steps count applied updates (optimizer.iterations): a skipped fp16 update is retried on the next
-micro-batches and counts nothing. A checkpoint is written every `save_checkpoints_steps` and at
-the last step. An update whose loss or gradients are not finite stops the run when the loss is
+micro-batches and counts nothing. A checkpoint is written every `save_checkpoints_steps`, at the
+last step, and, with `save_checkpoints_minutes`, at the first step the host reads (a logging step)
+once that many minutes passed since the last checkpoint or the start, by worker 0's clock, so
+every worker saves at the same update. An update whose loss or gradients are not finite stops the run when the loss is
 not scaled (fp32, bf16), and in fp16 when even a loss scale of 1 overflows: the update was not
 applied and nothing is saved, so the last checkpoint holds the last good weights.
 """
@@ -74,6 +76,30 @@ def _preempted(checkpointer, stop, start: int, current: int) -> Preempted:
     )
 
 
+class _SaveClock:
+    """Whether a checkpoint is due by the clock: `minutes` (None: never) passed since the last
+    checkpoint, or since the loop started, on worker 0's clock (its answer broadcast, so every
+    worker saves at the same update). Every worker asks at the same update boundaries."""
+
+    now = staticmethod(time.monotonic)  # seconds
+
+    def __init__(self, minutes: float | None, distributed):
+        self.seconds = None if minutes is None else minutes * 60.0
+        self.distributed = distributed
+        self.since = self.now()
+
+    def due(self) -> bool:
+        if self.seconds is None:
+            return False
+        mine = self.now() - self.since >= self.seconds
+        if self.distributed is None or self.distributed.size == 1:
+            return mine
+        return bool(int(self.distributed.broadcast_value(int(mine))))
+
+    def saved(self) -> None:
+        self.since = self.now()
+
+
 def _next_read(current: int, first: bool, every: tuple[int, ...], last: int) -> int:
     """The step at which the loop next reads the device: the first update of a process alone
     until one is applied (it compiles, so its time is not a steady update's), else the next
@@ -92,12 +118,16 @@ def train(
     *,
     num_train_steps: int,
     save_checkpoints_steps: int,
+    save_checkpoints_minutes: float | None = None,
     periodic=None,
     stop=None,
     watchdog=None,
 ) -> dict | None:
     """Runs updates from optimizer.iterations to `num_train_steps`; returns the last metrics
     (None when there was nothing left to do).
+
+    save_checkpoints_minutes: also save at the first read boundary (a step that logs, saves or
+    calls `periodic`) once this many minutes passed since the last checkpoint (None: steps only).
 
     periodic: (n, callback): callback(step) runs on every worker after each step that is a
     multiple of n (and after its checkpoint); fine-tuning's periodic dev evaluation hangs here.
@@ -123,6 +153,8 @@ def train(
     """
     if save_checkpoints_steps < 1:
         raise ValueError(f"save_checkpoints_steps must be >= 1 (got {save_checkpoints_steps}).")
+    if save_checkpoints_minutes is not None and not save_checkpoints_minutes > 0:
+        raise ValueError(f"save_checkpoints_minutes must be > 0 (got {save_checkpoints_minutes}).")
     try:
         return _updates(
             step,
@@ -130,7 +162,7 @@ def train(
             checkpointer,
             log,
             num_train_steps,
-            save_checkpoints_steps,
+            (save_checkpoints_steps, _SaveClock(save_checkpoints_minutes, checkpointer.distributed)),
             periodic,
             stop,
             watchdog,
@@ -145,10 +177,10 @@ def train(
         log.close()
 
 
-def _updates(
-    step, micro_batches, checkpointer, log, num_train_steps, save_checkpoints_steps, periodic, stop, watchdog
-):
-    """train's loop (see there); returns the last metrics."""
+def _updates(step, micro_batches, checkpointer, log, num_train_steps, saving, periodic, stop, watchdog):
+    """train's loop (see there); returns the last metrics. `saving`: (save_checkpoints_steps,
+    the _SaveClock)."""
+    save_checkpoints_steps, clock = saving
     every = (log.log_every, save_checkpoints_steps) + ((periodic[0],) if periodic else ())
     current = start = int(step.optimizer.iterations)
     metrics = None
@@ -190,8 +222,10 @@ def _updates(
             raise _preempted(checkpointer, stop, start, current)
         if current < target:
             continue  # skipped fp16 updates left it short: queue the missing ones
-        if current % save_checkpoints_steps == 0 or current == num_train_steps:
+        # Every worker evaluates this alike (the clock's answer is worker 0's).
+        if current % save_checkpoints_steps == 0 or current == num_train_steps or clock.due():
             checkpointer.save(current)
+            clock.saved()
         if periodic is not None and current % periodic[0] == 0:
             periodic[1](current)
     return metrics
