@@ -147,12 +147,19 @@ def _assert_tables_match_the_database(out_dirs, study):
 @pytest.mark.slow
 def test_three_workers_share_one_study_and_prune_on_each_others_values(task, postgres, tmp_path):
     # Workers a and b fine-tune at the learning rate the task learns with, c at one it never
-    # learns with: c's trials can only be pruned against a's and b's values, since the pruner
-    # waits for 2 complete trials and c completes at most one of its own.
+    # learns with. c starts once a and b have completed the 2 trials the pruner waits for, so each
+    # of c's trials is prunable from its start, and only against a's and b's values (had c started
+    # with them, its first trial could be one of those 2, complete, and its only one).
     name, n_trials = "three_workers", 6
     machines = [tmp_path / m for m in ("a", "b", "c")]
     workers = {}
     for out, rate in zip(machines, (GOOD, GOOD, BAD)):
+        if out.name == "c":
+            deadline = time.monotonic() + 300
+            while sum(t.state.name == "COMPLETE" for t in _trials(postgres, name)) < 2:
+                assert all(w.poll() is None for w in workers.values()), "a worker ended early"
+                assert time.monotonic() < deadline, "a and b never completed 2 trials"
+                time.sleep(0.5)
         argv = tune_argv(
             task,
             out,
