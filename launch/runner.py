@@ -10,6 +10,9 @@ checkpoint and exits 75 (horovodrun and mpirun are not signalled: they would kil
 mid-save); a step without a STOP file gets the signal itself. The launcher then exits 75 and
 starts no further step: re-running the same command continues. scripts/run.sub's batch shell
 execs into the same relay (`python -m launch requeue COMMAND...`), one step with no STOP file.
+
+A launcher killed outright (SIGKILL) relays nothing: its steps' workers find it gone
+(BERT_LAUNCHER names it to them; training/launcher_watch.py) and stop as for a notice.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import time
 
 from common.errors import PREEMPTED_EXIT_STATUS
 from launch.engine import Step, read_steps
+from training.launcher_watch import LAUNCHER_ENV, launcher_id
 from training.preemption import StopRequests, request_stop
 
 POLL_SECONDS = 0.1  # how soon a signal taken between two looks at the step is relayed
@@ -73,7 +77,9 @@ def run_step(step: Step, notices: Notices) -> int:
     as a shell reports it)."""
     sys.stdout.flush()
     sys.stderr.flush()
-    child = subprocess.Popen(step.argv, preexec_fn=_leave_sigint_to_the_launcher)
+    # The step's workers watch this process as their launcher (training/launcher_watch.py).
+    env = {**os.environ, LAUNCHER_ENV: launcher_id()}
+    child = subprocess.Popen(step.argv, env=env, preexec_fn=_leave_sigint_to_the_launcher)
     while True:
         _relay(notices, step, child)
         try:

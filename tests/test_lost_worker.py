@@ -1,13 +1,19 @@
 """No silent hang: when one of two Horovod workers dies (kill -9) or freezes (SIGSTOP: a hung
 host, a network partition), the other stops within a bound with one sentence naming the lost
-worker and the last checkpoint, the launch ends non-zero, and the same command resumes."""
+worker and the last checkpoint, the launch ends non-zero, and the same command resumes.
+No orphans: when the launcher itself is killed (SIGKILL to horovodrun or mpirun), both workers
+stop at the same update with a checkpoint and the sentence, in their own log files."""
 
 import os
 import re
+import shutil
 import subprocess
 import sys
+import time
 
+import psutil
 import pytest
+import tensorflow as tf
 
 import tiny_pretraining as tiny
 from conftest import BIN, notice_after_step, worker_env
@@ -83,3 +89,62 @@ def test_a_broken_gloo_connection_counts_as_a_lost_worker_as_horovods_shutdown_d
     assert is_horovod_shutdown(tf.errors.UnknownError(None, None, reset))
     assert is_horovod_shutdown(RuntimeError("Horovod has been shut down. This was caused by ..."))
     assert not is_horovod_shutdown(tf.errors.InvalidArgumentError(None, None, "Mismatched allreduce shapes"))
+
+
+def _mpirun(data, output_dir, **flags):
+    values = dict(train_batch_size=64, use_horovod=True, num_train_steps=40, bin_size=0, **flags)
+    mpirun = shutil.which("mpirun", path=BIN + os.pathsep + os.environ["PATH"])
+    root = ["--allow-run-as-root"] if os.geteuid() == 0 else []
+    return [
+        mpirun,
+        *root,
+        "-np",
+        "2",
+        "--oversubscribe",
+        "-x",
+        "PYTHONPATH",
+        sys.executable,
+        *pretraining_command(data, output_dir, **values),
+    ]
+
+
+@pytest.mark.parametrize("launcher", ["horovodrun", "mpirun"])
+def test_a_launcher_killed_outright_leaves_no_worker_running(tmp_path, launcher):
+    data = tiny.setup(tmp_path / "data", files=2, per_file=60)
+    out = tmp_path / "run"
+    # A checkpoint every 100 updates: the one the stop writes is the only one.
+    command = (_command if launcher == "horovodrun" else _mpirun)(data, out, save_checkpoints_steps=100)
+    workers = []
+
+    def kill_the_launcher(process):
+        for child in psutil.Process(process.pid).children(recursive=True):
+            try:
+                program, *args = child.cmdline()
+                if os.path.basename(program).startswith("python") and "run_pretraining.py" in " ".join(args):
+                    workers.append(child)
+            except psutil.Error:
+                continue
+        process.kill()
+
+    status, _, _ = notice_after_step(command, out, worker_env(), 3, kill_the_launcher)
+    assert status == -9 and len(workers) == 2
+    killed = time.monotonic()
+    gone, alive = psutil.wait_procs(workers, timeout=120)
+    assert not alive, f"{len(alive)} worker(s) still running 120 s after the launcher was killed"
+    print(f"{launcher} killed: both workers out {time.monotonic() - killed:.1f} s later")
+    # What each worker said, where it could still be read: horovodrun's process that started it
+    # sends SIGTERM when horovodrun is gone (a notice); mpirun's leave theirs running, for the
+    # launcher watch to find gone.
+    logs = [path.read_text() for path in sorted(out.glob("launcher_gone.rank-*.log"))]
+    stops = re.findall(
+        r"Stopped (because its launcher \((\w+), pid \d+\) is gone,|for a preemption "
+        r"notice \((SIGTERM|another worker's notice)\)) at step (\d+)",
+        "".join(logs),
+    )
+    assert stops, logs
+    (step,) = {int(stop[-1]) for stop in stops}  # every worker that says it stopped at the same update
+    if launcher == "mpirun":
+        assert any(stop[1] in ("mpirun", "prterun") for stop in stops), logs
+    assert tf.train.latest_checkpoint(str(out)).endswith(f"ckpt-{step}")
+    assert {f"ckpt-{step}-rank-0-of-2", f"ckpt-{step}-rank-1-of-2"} <= set(os.listdir(out / "worker_state"))
+    assert {w.pid for w in gone} == {w.pid for w in workers}

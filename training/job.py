@@ -155,7 +155,15 @@ def run(s: JobSettings, task, stream=None, tracking=None) -> dict:
     "throughput" (or None)} plus the task's own results. Problems the user can fix raise
     UserError before any model is built. tracking: a training.tracking.MlflowTarget (or None):
     rank 0 also logs the resolved settings, the training metrics and the evaluations there."""
+    from training.launcher_watch import LauncherWatch, log_path
+
     task.validate_settings(s)
+    with LauncherWatch(log_path(s.output_dir)) as launcher:
+        return _run_watched(s, task, stream, tracking, launcher)
+
+
+def _run_watched(s: JobSettings, task, stream, tracking, launcher) -> dict:
+    """run's body while `launcher` (a training.launcher_watch.LauncherWatch) is watched."""
     stream = stream if stream is not None else sys.stdout
     with worker(s.use_horovod, s.deterministic, stream) as (dist, out):
         p = plan(s, task, dist, out)
@@ -168,7 +176,7 @@ def run(s: JobSettings, task, stream=None, tracking=None) -> dict:
         try:
             if tracker is not None:
                 tracker.params(p.resolved)
-            result = _run_planned(s, task, p, dist, out, tracker)
+            result = _run_planned(s, task, p, dist, out, tracker, launcher)
             status = "FINISHED"
         except Preempted:
             status = "KILLED"  # the same command continues it (in a new MLflow run of its own)
@@ -179,15 +187,16 @@ def run(s: JobSettings, task, stream=None, tracking=None) -> dict:
     return result
 
 
-def _run_planned(s: JobSettings, task, p: Plan, dist, out, tracker) -> dict:
+def _run_planned(s: JobSettings, task, p: Plan, dist, out, tracker, launcher) -> dict:
     """run's steps once planned: the model and its step, training, the task's finish; the final
-    evaluation (the eval_results.json this run wrote) to the tracker."""
+    evaluation (the eval_results.json this run wrote) to the tracker. launcher: the
+    training.launcher_watch.LauncherWatch whose report stops training like a notice."""
     step = _build_step(s, task, p, dist, out)
     result = {"resolved": p.resolved, "model": step.model, "train": None, "throughput": None}
     result.update(task.result_fields())
     log = None
     if s.do_train:
-        result["train"], log = _train(s, task, p, step, out, tracker)
+        result["train"], log = _train(s, task, p, step, out, tracker, launcher)
         result["throughput"] = log.throughput()
     elif p.resume_from:
         from bert.checkpoints import load_weights
@@ -292,7 +301,7 @@ def bin_size_of(s: JobSettings) -> int:
     return resolved_bin_size(s.bin_size, s.max_seq_length)
 
 
-def _train(s: JobSettings, task, plan: Plan, step, out, tracker=None):
+def _train(s: JobSettings, task, plan: Plan, step, out, tracker=None, launcher=None):
     """Training from where output_dir's checkpoints left off; (last metrics, the log)."""
     from training.data_order import Position
 
@@ -309,6 +318,7 @@ def _train(s: JobSettings, task, plan: Plan, step, out, tracker=None):
         worker_timeout_s=s.worker_timeout_seconds,
         stream=out,
         tracker=tracker,
+        launcher=launcher,
     )
     task.resumed(plan, training.start, out)
     metrics = training.run(
@@ -565,12 +575,15 @@ def resume_training(
     worker_timeout_s: float,
     stream,
     tracker=None,
+    launcher=None,
 ) -> Training:
     """The Training of a run: leftovers of an interrupted save removed, the latest checkpoint of
     output_dir restored (weights, optimizer; `position`, a training.data_order.Position, started
     where it says), the log counting from there,
-    the preemption notices to watch (a STOP file an earlier run left is cleared first) and the
-    watchdog against lost workers. tracker: the log's training.tracking.MlflowTracker (or None)."""
+    the preemption notices to watch (a STOP file an earlier run left is cleared first; the
+    worker's launcher gone is one too) and the watchdog against lost workers. tracker: the log's
+    training.tracking.MlflowTracker (or None); launcher: the run's
+    training.launcher_watch.LauncherWatch, whose report is a notice (or None)."""
     from training import loop
     from training.checkpointing import Checkpointer
     from training.metrics_log import MetricsLog
@@ -581,7 +594,7 @@ def resume_training(
         output_dir, step, position, update=update, keep=keep, distributed=step.distributed
     )
     checkpointer.remove_leftovers()
-    stop = StopRequests(output_dir, step.distributed)
+    stop = StopRequests(output_dir, step.distributed, launcher)
     if step.distributed.is_chief:
         stop.clear_stale_file()  # before loop.resume, the workers' first agreement
     start = loop.resume(checkpointer, step)

@@ -70,9 +70,10 @@ def _preempted(checkpointer, stop, start: int, current: int) -> Preempted:
         checkpointer.save(current)
         latest = checkpointer.latest()
     where = f"{latest} holds step {current}" if latest else "no checkpoint was written (no update yet)"
+    gone = stop.launcher_gone()
+    why = f"because {gone}," if gone else f"for a preemption notice ({stop.reason()})"
     return Preempted(
-        f"Stopped for a preemption notice ({stop.reason()}) at step {current}: {where}; "
-        "re-running the same command continues from there."
+        f"Stopped {why} at step {current}: {where}; re-running the same command continues from there."
     )
 
 

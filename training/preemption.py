@@ -7,7 +7,9 @@ How a notice arrives:
   `--signal=USR1@120` warning) to the worker process;
 - the file STOP in the output directory (`touch <output_dir>/STOP`): the launchers write it when
   they themselves get the signal, rather than signalling horovodrun or mpirun, which would kill
-  the workers a few seconds later whatever they were doing.
+  the workers a few seconds later whatever they were doing;
+- the worker's launcher gone (training/launcher_watch.py: horovodrun or mpirun killed with
+  SIGKILL leave their workers running, unsupervised): the same stop, its sentence saying so.
 
 Agreement: the loop asks `stop_now()` before each update; with several workers the local notices
 are summed across workers (a one-number allreduce on the host), so all of them see a notice that
@@ -53,11 +55,14 @@ class StopRequests:
     """A worker's preemption notices, and the agreement on them across workers.
 
     output_dir: where the STOP file is looked for (every worker sees the same directory).
-    distributed: training.distributed.Distributed (None: one worker)."""
+    distributed: training.distributed.Distributed (None: one worker).
+    launcher: a training.launcher_watch.LauncherWatch, entered by its owner (None: the launcher is
+    not watched)."""
 
-    def __init__(self, output_dir: str, distributed=None):
+    def __init__(self, output_dir: str, distributed=None, launcher=None):
         self.stop_file = os.path.join(output_dir, STOP_FILE_NAME)
         self.distributed = distributed
+        self.launcher = launcher
         self.received = None  # the first stop signal's name, once one arrived
         self._previous = {}
 
@@ -88,10 +93,18 @@ class StopRequests:
             pass
 
     def local(self) -> str | None:
-        """This worker's notice: the signal's name, "STOP file", or None."""
+        """This worker's notice: the signal's name, "STOP file", what of its launcher is gone
+        (LauncherWatch.gone), or None."""
         if self.received:
             return self.received
+        if self.launcher is not None and self.launcher.gone():
+            return self.launcher.gone()
         return "STOP file" if os.path.exists(self.stop_file) else None
+
+    def launcher_gone(self) -> str | None:
+        """What of this worker's launcher is gone, when that is its own notice (else None)."""
+        gone = self.launcher.gone() if self.launcher is not None else None
+        return gone if gone is not None and self.local() == gone else None
 
     def stop_now(self) -> bool:
         """Whether any worker has a notice. Every worker calls it at the same update boundary."""
