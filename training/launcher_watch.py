@@ -31,7 +31,18 @@ import threading
 
 LAUNCHER_ENV = "BERT_LAUNCHER"  # "HOST:PID" of launch/runner.py, set for the steps it runs
 LAUNCHER_NAMES = frozenset(
-    {"horovodrun", "mpirun", "mpiexec", "prterun", "orterun", "prted", "orted", "slurmstepd", "sshd"}
+    {
+        "horovodrun",
+        "mpirun",
+        "mpiexec",
+        "prterun",
+        "orterun",
+        "prted",
+        "orted",
+        "slurmstepd",
+        "sshd",
+        "sshd-session",
+    }
 )
 # What each launcher sets in its workers' environment: without one, nothing launched this process.
 LAUNCHED_MARKERS = (
