@@ -86,7 +86,10 @@ def watched_processes(environ=None) -> list:
     environ = os.environ if environ is None else environ
     if not any(name in environ for name in LAUNCHED_MARKERS):
         return []
-    ancestors = psutil.Process().parents()  # the parent first, then up to pid 1
+    try:
+        ancestors = psutil.Process().parents()  # the parent first, then up to pid 1
+    except psutil.Error:  # a process table this process may not read: nothing to watch
+        return []
     names = [_name(process) for process in ancestors]
     nearest = next((i for i, name in enumerate(names) if name in LAUNCHER_NAMES), None)
     own = _project_launcher(environ)
@@ -212,8 +215,11 @@ class LauncherWatch:
         with self._lock:
             if self._redirected:
                 return
-            os.makedirs(os.path.dirname(self.log_path) or ".", exist_ok=True)
-            fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            try:
+                os.makedirs(os.path.dirname(self.log_path) or ".", exist_ok=True)
+                fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            except OSError:  # the output directory cannot take it: the lines are lost, not the stop
+                fd = os.open(os.devnull, os.O_WRONLY)
             try:
                 for target in (1, 2):
                     os.dup2(fd, target)
