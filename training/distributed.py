@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import functools
 
+# Where each launcher puts a worker's rank: horovodrun, mpirun (OpenMPI), PMI and PMIx, srun.
+RANK_VARIABLES = ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID")
+
 
 def launched_ranks(environ) -> int:
     """How many ranks the launcher (horovodrun, mpirun, srun with PMI) started; 1 when run directly."""
@@ -29,7 +32,7 @@ def launched_world(environ) -> tuple:
     if world <= 1:
         world = int(environ.get("SLURM_STEP_NUM_TASKS") or 1)
     rank = 0
-    for key in ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"):
+    for key in RANK_VARIABLES:
         if environ.get(key, "").isdigit():
             rank = int(environ[key])
             break

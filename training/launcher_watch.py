@@ -1,8 +1,9 @@
 """A worker whose launcher is gone stops, with a checkpoint, instead of training on unsupervised.
 
-Killed with SIGKILL, horovodrun (Gloo) and OpenMPI's mpirun leave their workers running: the workers
-are re-parented, their stdout and stderr break (a closed pipe, a pseudo-terminal that answers
-EIO), and they train on, nobody reading them, until a resumed run started beside them is refused
+Killed with SIGKILL, OpenMPI's mpirun (and the project's own launcher, above horovodrun or mpirun)
+leaves its workers running (horovodrun's helper processes send theirs SIGTERM, a notice): the
+workers are re-parented, their stdout and stderr break (a closed pipe, a pseudo-terminal that
+answers EIO), and they train on, nobody reading them, until a resumed run started beside them is refused
 or they overwrite its checkpoints (or a progress line written to the broken stream kills them
 between two checkpoints). `LauncherWatch` looks, once a second in a thread, at this worker's
 parent and every process above it up to its launcher; once one of them is gone it reports the
@@ -29,6 +30,8 @@ import socket
 import sys
 import threading
 
+from training.distributed import RANK_VARIABLES, launched_world
+
 LAUNCHER_ENV = "BERT_LAUNCHER"  # "HOST:PID" of launch/runner.py, set for the steps it runs
 LAUNCHER_NAMES = frozenset(
     {
@@ -44,26 +47,16 @@ LAUNCHER_NAMES = frozenset(
         "sshd-session",
     }
 )
-# What each launcher sets in its workers' environment: without one, nothing launched this process.
-LAUNCHED_MARKERS = (
-    "HOROVOD_RANK",
-    "OMPI_COMM_WORLD_RANK",
-    "PMIX_RANK",
-    "PMI_RANK",
-    "SLURM_STEP_ID",
-    LAUNCHER_ENV,
-)
+# What a launcher sets in its workers' environment: without one, nothing launched this process.
+LAUNCHED_MARKERS = (*RANK_VARIABLES, "SLURM_STEP_ID", LAUNCHER_ENV)
 PERIOD_S = 1.0
 LOG_NAME = "launcher_gone.rank-{rank}.log"
-# Where each launcher puts the worker's rank (Horovod reads the same variables).
-RANK_VARIABLES = ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID")
 UNREAD_ERRNOS = (errno.EPIPE, errno.EIO)  # a closed pipe; a pseudo-terminal whose reader is gone
 
 
 def log_path(output_dir: str, environ=None) -> str:
     """This worker's file for its output once its launcher is gone."""
-    environ = os.environ if environ is None else environ
-    rank = next((environ[name] for name in RANK_VARIABLES if environ.get(name, "").isdigit()), "0")
+    _, rank = launched_world(os.environ if environ is None else environ)
     return os.path.join(output_dir, LOG_NAME.format(rank=rank))
 
 
@@ -92,8 +85,8 @@ def watched_processes(environ=None) -> list:
         return []
     names = [_name(process) for process in ancestors]
     nearest = next((i for i, name in enumerate(names) if name in LAUNCHER_NAMES), None)
-    own = _project_launcher(environ)
-    own = next((i for i, process in enumerate(ancestors) if process.pid == own), None)
+    own_pid = _project_launcher(environ)
+    own = next((i for i, process in enumerate(ancestors) if process.pid == own_pid), None)
     top = max((i for i in (nearest, own) if i is not None), default=None)
     return [] if top is None else ancestors[: top + 1]
 
