@@ -4,6 +4,7 @@ pretraining on statically masked records and on unmasked ones masked as they are
     .venv/bin/python -m bench masking_quality                     # 600 updates: ~5-8 min on 2 cores
     .venv/bin/python -m bench masking_quality --train_steps 2200  # the quickstart's whole budget (~15 min)
     .venv/bin/python -m bench masking_quality --seeds 1,2         # two seeds each: the noise
+    .venv/bin/python -m bench masking_quality --xla off           # TensorFlow graphs: no compiles
 
 Both runs are the quickstart's (scripts/quickstart.sh), through the same
 commands:
@@ -95,7 +96,7 @@ def steps_flags(n: int) -> list[str]:
     ]
 
 
-def pretrain(work: str, data: str, masking: str, seed: int, train_steps: int) -> dict:
+def pretrain(work: str, data: str, masking: str, seed: int, train_steps: int, xla: bool = True) -> dict:
     """Both phases on one masking's records; returns the run's directory, seconds and the last
     logged training-batch masked-LM accuracy."""
     from training.metrics_log import LOG_NAME, read_log
@@ -114,6 +115,7 @@ def pretrain(work: str, data: str, masking: str, seed: int, train_steps: int) ->
     argv += [
         *steps_flags(train_steps),
         "--do_eval=false",  # the evaluations below, on the same held-out records for both, replace it
+        f"--use_xla={str(xla).lower()}",
         "--",
         f"--seed={seed}",
         "--log_every_n_steps=50",
@@ -124,7 +126,7 @@ def pretrain(work: str, data: str, masking: str, seed: int, train_steps: int) ->
     return {"dir": run, "seconds": done.seconds, "train_mlm": logged[-1]["mlm_accuracy"] if logged else None}
 
 
-def evaluate(work: str, data: str, run_dir: str, phase: int, seed: int) -> dict:
+def evaluate(work: str, data: str, run_dir: str, phase: int, seed: int, xla: bool = True) -> dict:
     """The final checkpoint's eval_results on the static test records of `phase`."""
     seq, predictions = PHASE_SHAPES[phase]
     out = os.path.join(run_dir, f"eval_static_{seq}")
@@ -139,6 +141,7 @@ def evaluate(work: str, data: str, run_dir: str, phase: int, seed: int) -> dict:
         f"--max_eval_steps={EVAL_BATCHES}",
         "--nodo_train",
         "--do_eval",
+        f"--use_xla={str(xla).lower()}",
     ]
     harness.run(argv, f"evaluation at seq {seq}")
     return read_json(os.path.join(out, "eval_results.json"), "evaluation results")
@@ -193,6 +196,14 @@ def parse_args(argv=None) -> argparse.Namespace:
         default=os.path.join(tempfile.gettempdir(), "bert-tf2-bench", "masking-quality"),
         help="data (kept: a second run skips its preparation) and runs",
     )
+    parser.add_argument(
+        "--xla",
+        choices=("on", "off"),
+        default="on",
+        help="compile the pretraining and evaluation steps with XLA, as the quickstart does (off: "
+        "TensorFlow graphs, nothing compiled; dropout draws other masks, so the figures move within "
+        "the seeds' noise) [on]",
+    )
     args = parser.parse_args(argv)
     if args.train_steps < 10:
         parser.error("--train_steps must be at least 10 (phase 2 gets a tenth)")
@@ -206,8 +217,11 @@ def main(argv=None):
     results = []
     for seed in args.seeds:
         for masking in MASKINGS:
-            run = pretrain(args.work_dir, data, masking, seed, args.train_steps)
-            held_out = {phase: evaluate(args.work_dir, data, run["dir"], phase, seed) for phase in (1, 2)}
+            xla = args.xla == "on"
+            run = pretrain(args.work_dir, data, masking, seed, args.train_steps, xla)
+            held_out = {
+                phase: evaluate(args.work_dir, data, run["dir"], phase, seed, xla) for phase in (1, 2)
+            }
             results.append({"masking": masking, "seed": seed, **run, "held_out": held_out})
 
     header = [

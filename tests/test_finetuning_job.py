@@ -1,8 +1,10 @@
 """training/finetuning_job.py through run_classifier.py: a task a tiny BERT learns from random
 init (and MiniLM from its weights), two Horovod workers against one worker with the doubled batch,
-exact resume after kill -9, and a fine-tuned head of another class count refused before training."""
+exact resume after kill -9 and after SIGTERM (both against one uninterrupted run), and a fine-tuned
+head of another class count refused before training."""
 
 import os
+import signal
 import subprocess
 import sys
 
@@ -11,9 +13,9 @@ import pytest
 import tensorflow as tf
 
 import run_classifier
-from common.errors import UserError
+from common.errors import PREEMPTED_EXIT_STATUS, UserError
 from common.files import TEMP_MARK
-from conftest import BIN, ROOT, kill_after_step, worker_env
+from conftest import BIN, ROOT, kill_after_step, notice_after_step, worker_env
 from finetuning_runs import (
     GLUE,
     SEQ,
@@ -28,6 +30,7 @@ from finetuning_runs import (
     _tsv,
     word_order_run,
 )
+from test_preemption import _assert_identical, _stopped_at
 from word_order import DEV_SENTENCES, TRAIN_SENTENCES, write_model_files
 
 
@@ -164,16 +167,32 @@ def test_two_horovod_workers_equal_one_worker_with_the_doubled_batch(model_files
 STEPS, SAVE_EVERY, KILL_AFTER = 10, 4, 5  # checkpoints at 4, 8, 10; killed after step 5 is logged
 
 
+def _interrupted_command(task, output_dir):
+    return word_order_run(task, output_dir, SAVE_EVERY, "--keep_checkpoints=2")
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(word_order_task, tmp_path_factory):
+    """The interrupted runs' command, never interrupted: what each must end with."""
+    straight = tmp_path_factory.mktemp("word_order") / "straight"
+    done = subprocess.run(
+        _interrupted_command(word_order_task, straight),
+        env=worker_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return straight
+
+
 @pytest.mark.slow
-def test_kill_9_then_the_same_command_ends_bit_identical(word_order_task, tmp_path):
+def test_kill_9_then_the_same_command_ends_bit_identical(word_order_task, uninterrupted, tmp_path):
     def command(output_dir):
-        return word_order_run(word_order_task, output_dir, SAVE_EVERY, "--keep_checkpoints=2")
+        return _interrupted_command(word_order_task, output_dir)
 
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
-    straight, killed = tmp_path / "straight", tmp_path / "killed"
-    uninterrupted = subprocess.Popen(
-        command(straight), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-    )
+    straight, killed = uninterrupted, tmp_path / "killed"
     kill_after_step(command(killed), killed, env, KILL_AFTER)
     latest = tf.train.latest_checkpoint(str(killed))
     assert latest is not None and latest.endswith(f"ckpt-{SAVE_EVERY}"), (
@@ -183,7 +202,6 @@ def test_kill_9_then_the_same_command_ends_bit_identical(word_order_task, tmp_pa
     resumed = subprocess.run(command(killed), env=env, capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"Resuming from {latest} (step {SAVE_EVERY} of {STEPS})." in resumed.stdout
-    assert uninterrupted.wait(timeout=300) == 0, uninterrupted.stderr.read()[-3000:]
     assert _json(killed / "resolved_config.json")["num_train_steps"] == STEPS
 
     _, want = _checkpoint(straight)
@@ -200,6 +218,25 @@ def test_kill_9_then_the_same_command_ends_bit_identical(word_order_task, tmp_pa
     assert [e["loss"] for e in killed_log] == [e["loss"] for e in straight_log]
     # The input position and dropout seeds went along with each kept checkpoint (keep 2).
     assert sorted(os.listdir(killed / "worker_state")) == [f"ckpt-{STEPS}-rank-0-of-1", "ckpt-8-rank-0-of-1"]
+
+
+@pytest.mark.slow
+def test_sigterm_stops_with_a_checkpoint_and_the_rerun_ends_bit_identical(
+    word_order_task, uninterrupted, tmp_path
+):
+    env = worker_env()
+    stopped = tmp_path / "stopped"
+    command = _interrupted_command(word_order_task, stopped)
+    status, seconds, err = notice_after_step(
+        command, stopped, env, KILL_AFTER, lambda p: p.send_signal(signal.SIGTERM)
+    )
+    assert status == PREEMPTED_EXIT_STATUS, err[-3000:]
+    step = _stopped_at(err)
+    assert KILL_AFTER <= step < STEPS and seconds < 60
+    resumed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"(step {step} of {STEPS})" in resumed.stdout
+    _assert_identical(stopped, uninterrupted, STEPS)
 
 
 @pytest.mark.parametrize("task, classes", [("MNLI", 3), ("STS-B", 1)])

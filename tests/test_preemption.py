@@ -3,7 +3,8 @@ same command run again ends with every variable of an uninterrupted run's final 
 Preemption: SIGTERM or SIGUSR1 to a worker (or to the launcher) stops every worker at the same
 update with a checkpoint and exit status 75; the same command run again ends with exactly the
 weights of a run that was never stopped. run_pretraining.py alone (the kill and the notice share
-one uninterrupted run per masking), run_classifier.py, and the pretraining launcher here; two
+one uninterrupted run per masking) and the pretraining launcher here (run_classifier.py's kill
+and notice in tests/test_finetuning_job.py, sharing one uninterrupted run); two
 Horovod workers with the notice sent to one of them in tests/test_resize.py, which shares those
 runs with a resume on one worker."""
 
@@ -30,7 +31,6 @@ from conftest import (
     pretraining_workspace,
     worker_env,
 )
-from finetuning_runs import word_order_run
 
 pytestmark = pytest.mark.slow
 STEPS, SAVE_EVERY, STOP_AFTER = 10, 4, 5  # checkpoints at 4, 8, 10; the notice after step 5
@@ -169,28 +169,6 @@ def rank_process(launcher: subprocess.Popen, rank: int) -> psutil.Process:
         except psutil.Error:
             continue
     raise AssertionError(f"no worker of rank {rank} under horovodrun")
-
-
-def test_run_classifier_stops_on_sigterm_and_the_rerun_ends_bit_identical(word_order_task, tmp_path):
-    def command(output_dir):
-        return word_order_run(word_order_task, output_dir, SAVE_EVERY)
-
-    env = worker_env()
-    straight, stopped = tmp_path / "straight", tmp_path / "stopped"
-    uninterrupted = subprocess.Popen(
-        command(straight), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-    )
-    status, seconds, err = notice_after_step(
-        command(stopped), stopped, env, STOP_AFTER, lambda p: p.send_signal(signal.SIGTERM)
-    )
-    assert status == PREEMPTED_EXIT_STATUS, err[-3000:]
-    step = _stopped_at(err)
-    assert STOP_AFTER <= step < STEPS and seconds < 60
-    resumed = subprocess.run(command(stopped), env=env, capture_output=True, text=True)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert f"(step {step} of {STEPS})" in resumed.stdout
-    assert uninterrupted.wait(timeout=300) == 0
-    _assert_identical(stopped, straight, STEPS)
 
 
 def test_sigterm_to_the_launcher_stops_the_phase_and_a_rerun_finishes_both(tmp_path):

@@ -11,7 +11,10 @@ launcher gone: training.preemption.StopRequests takes that as a notice, so every
 the same update with a checkpoint and the sentence saying why, exit status 75 as for a preemption
 (the same command continues). From the moment a watched process is gone, or a write to stdout or
 stderr fails because nobody reads them (EPIPE, EIO), both go to
-<output_dir>/launcher_gone.rank-N.log, the sentence included: a line cannot fail the checkpoint.
+<output_dir>/launcher_gone.rank-N.log, the sentence included: a line cannot fail the checkpoint. The
+watch says what it found there at once; under mpirun, OpenMPI may abort the worker a few seconds
+after its launcher is gone (the PMIx server went with it), after the checkpoint maybe but before
+the stop's own sentence.
 
 The launcher of a worker is the nearest process above it named as one (horovodrun; mpirun,
 prterun and their per-host daemons prted/orted; slurmstepd, which starts srun's tasks; sshd, which
@@ -136,6 +139,13 @@ class _SurvivingStream:
         return getattr(self._stream, name)
 
 
+def _say(line: str) -> None:
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except (OSError, ValueError):  # a closed stream: the stop still happens
+        pass
+
+
 class LauncherWatch:
     """Watches the processes between this worker and its launcher (see the module docstring);
     while entered, sys.stdout and sys.stderr survive their reader's exit.
@@ -194,6 +204,11 @@ class LauncherWatch:
                     self._gone = (
                         f"{self.names[lost[0]]}, between it and its launcher ({self.launcher}), is gone"
                     )
+                # Said at once: under mpirun, OpenMPI may abort the worker a few seconds after its
+                # launcher (its PMIx server) is gone, maybe before the stop's own sentence.
+                _say(
+                    f"{self._gone[0].upper()}{self._gone[1:]}: this worker stops at the next update, with a checkpoint."
+                )
         return self._gone
 
     def _watch(self) -> None:
