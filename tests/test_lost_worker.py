@@ -25,9 +25,11 @@ HOROVODRUN = [os.path.join(BIN, "horovodrun"), "-np", "2", "-H", "localhost:2", 
 
 def _command(data, output_dir, **flags):
     # 40 updates, a checkpoint every 4: the loss lands after one, well before the end. One padded
-    # shape (bin_size 0): what is tested is the lost worker, not the layout, and each binned shape
-    # is seconds of tracing in every worker.
-    values = dict(train_batch_size=64, use_horovod=True, num_train_steps=40, bin_size=0, **flags)
+    # shape (bin_size 0) and no XLA: what is tested is the lost worker, not the layout or the
+    # compiler, and each binned shape is seconds of tracing (each compile more) in every worker.
+    values = dict(
+        train_batch_size=64, use_horovod=True, num_train_steps=40, bin_size=0, use_xla=False, **flags
+    )
     return [*HOROVODRUN, *pretraining_command(data, output_dir, **values)]
 
 
@@ -92,7 +94,9 @@ def test_a_broken_gloo_connection_counts_as_a_lost_worker_as_horovods_shutdown_d
 
 
 def _mpirun(data, output_dir, **flags):
-    values = dict(train_batch_size=64, use_horovod=True, num_train_steps=40, bin_size=0, **flags)
+    values = dict(
+        train_batch_size=64, use_horovod=True, num_train_steps=40, bin_size=0, use_xla=False, **flags
+    )
     mpirun = shutil.which("mpirun", path=BIN + os.pathsep + os.environ["PATH"])
     root = ["--allow-run-as-root"] if os.geteuid() == 0 else []
     return [
