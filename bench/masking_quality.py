@@ -215,9 +215,9 @@ def main(argv=None):
     os.makedirs(args.work_dir, exist_ok=True)
     data = prepare(args.work_dir, args.corpus_mb)
     results = []
+    xla = args.xla == "on"
     for seed in args.seeds:
         for masking in MASKINGS:
-            xla = args.xla == "on"
             run = pretrain(args.work_dir, data, masking, seed, args.train_steps, xla)
             held_out = {
                 phase: evaluate(args.work_dir, data, run["dir"], phase, seed, xla) for phase in (1, 2)

@@ -188,18 +188,16 @@ def uninterrupted(word_order_task, tmp_path_factory):
 
 @pytest.mark.slow
 def test_kill_9_then_the_same_command_ends_bit_identical(word_order_task, uninterrupted, tmp_path):
-    def command(output_dir):
-        return _interrupted_command(word_order_task, output_dir)
-
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
     straight, killed = uninterrupted, tmp_path / "killed"
-    kill_after_step(command(killed), killed, env, KILL_AFTER)
+    command = _interrupted_command(word_order_task, killed)
+    kill_after_step(command, killed, env, KILL_AFTER)
     latest = tf.train.latest_checkpoint(str(killed))
     assert latest is not None and latest.endswith(f"ckpt-{SAVE_EVERY}"), (
         f"the kill did not land between checkpoints {SAVE_EVERY} and {2 * SAVE_EVERY} (latest {latest})"
     )
 
-    resumed = subprocess.run(command(killed), env=env, capture_output=True, text=True, timeout=300)
+    resumed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"Resuming from {latest} (step {SAVE_EVERY} of {STEPS})." in resumed.stdout
     assert _json(killed / "resolved_config.json")["num_train_steps"] == STEPS
