@@ -203,7 +203,7 @@ def two_workers(tmp_path_factory):
         "do_eval": True,
         "seed": 3,
         # TensorFlow graphs: what is tested is two workers' job, not XLA's compiles, which both
-        # workers would make at once (tests/test_resize.py runs two workers' job with XLA).
+        # workers would make at once (tests/test_mpirun.py runs two workers' steps with XLA).
         "use_xla": False,
     }
     with open(workdir / "job.json", "w") as f:
