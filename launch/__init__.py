@@ -5,7 +5,7 @@ the commands to run.
     bash scripts/run_squad.sh 24 5e-6 fp16 true 8 --epochs=3 --preset my_cluster -- --seed=7
       -> exec python -m launch run run_squad ...   (scripts/launch.sh; launch/runner.py)
       -> a child, python -m launch plan run_squad ...: parse -> check -> usage -> resolved
-         summary -> plan -> input checks (TensorFlow, when a record is read, stays in this child)
+         summary -> plan -> input checks (records read as bytes, without TensorFlow)
       -> the launcher process runs the plan's steps in order, each a child process, and relays
          preemption notices (SIGTERM, SIGUSR1, SIGINT) to them
 

@@ -38,7 +38,7 @@ USAGE = (
 
 
 def main(argv=None, environ=None, out=None) -> int:
-    quiet_startup()  # the input checks may import TensorFlow to read a record
+    quiet_startup()  # should a step's check import TensorFlow, its start-up notes stay hidden
     argv = list(sys.argv[1:] if argv is None else argv)
     environ = dict(os.environ if environ is None else environ)
     out = out or sys.stdout

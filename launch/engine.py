@@ -4,7 +4,8 @@ commands, checks its inputs and writes the steps that launch/runner.py runs.
 
 A problem with an argument raises UsageError (printed with the usage line, exit 2); a problem
 with an input (a missing file) raises UserError (one sentence, exit 2). Everything here is plain
-Python on plain values: TensorFlow is imported only by a launcher's input checks that read records.
+Python on plain values: the input checks read records as bytes (data/pretraining/schema.check_file),
+without TensorFlow.
 """
 
 from __future__ import annotations

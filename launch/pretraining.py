@@ -251,8 +251,7 @@ def check_inputs(paths: dict, run_phases, do_eval: bool, init_checkpoint: str = 
                     f"{e} Build it with scripts/data_download.sh or set PHASE{n}_DATA (or --phase{n}_data)"
                     f"{more}{paths.get('masking_hint', '') if not os.path.isdir(paths[f'phase{n}_data']) else ''}."
                 ) from None
-    # The record shape check reads protobufs, which needs TensorFlow: only now, after the cheap checks.
-    from training.input_pipeline import check_file
+    from data.pretraining.schema import check_file
 
     for (n, split), matched in files.items():
         seq, predictions = PHASE_SHAPES[n]

@@ -1,6 +1,6 @@
 """Runs a launch: `python -m launch run NAME ARGS...` (what every scripts/ launcher execs) plans in a
-child process, `python -m launch plan ...`, whose input checks may import TensorFlow to read a
-record, so this process never does; then it runs the plan's steps in order, each a child process,
+child process, `python -m launch plan ...` (its imports and input checks stay out of this process,
+which only relays); then it runs the plan's steps in order, each a child process,
 and stops at the first that fails, with its failure message and exit status.
 
 Preemption: SIGTERM, SIGUSR1 or SIGINT to the launcher is relayed as the tuner relays a notice to

@@ -3,6 +3,7 @@ writes, and Google's reader reads them back exactly."""
 
 import os
 import random
+import struct
 
 import numpy as np
 import pytest
@@ -107,6 +108,112 @@ def test_googles_reader_parses_our_bytes_exactly():
     b = tf.io.parse_single_example(theirs, google_feature_spec(S, P))
     for name in a:
         np.testing.assert_array_equal(a[name].numpy(), b[name].numpy())
+
+
+def _protobufs_lengths(data: bytes) -> dict:
+    """example_lengths as TensorFlow's protobuf classes read `data`."""
+    example = tf.train.Example.FromString(data)
+    out = {}
+    for name, feature in example.features.feature.items():
+        kind = feature.WhichOneof("kind")
+        values = getattr(feature, kind).value if kind else []
+        out[name] = ({"int64_list": "int64", "float_list": "float32"}.get(kind, "bytes"), len(values))
+    return out
+
+
+def test_example_lengths_read_the_wire_format_as_protobuf_does():
+    rng = random.Random(4)
+    for _ in range(60):
+        example = tf.train.Example()
+        for _ in range(rng.randint(0, 6)):
+            feature = example.features.feature[rng.choice(["input_ids", "masked_lm_weights", "ü", "k" * 200])]
+            kind = rng.randrange(4)
+            if kind == 0:  # varints of one to ten bytes, negative ones included
+                feature.int64_list.value.extend(
+                    rng.choice([0, 5, 300, 2**40, -1]) for _ in range(rng.randint(0, 150))
+                )
+            elif kind == 1:
+                feature.float_list.value.extend(rng.random() for _ in range(rng.randint(0, 150)))
+            elif kind == 2:
+                feature.bytes_list.value.extend(b"ab" * rng.randint(0, 3) for _ in range(rng.randint(0, 4)))
+            else:
+                feature.int64_list.SetInParent()  # a list set, empty
+        data = example.SerializeToString(deterministic=rng.random() < 0.5)
+        assert schema.example_lengths(data) == _protobufs_lengths(data)
+
+    # Unpacked lists, and repeated entries and lists (protobuf merges them), written by hand.
+    def field(number, payload):
+        return bytes([number << 3 | 2]) + schema._varint(len(payload)) + payload
+
+    floats = b"".join(b"\x0d" + struct.pack("<f", x) for x in (1.0, 2.0))
+    ints = b"\x08\x05\x08\x96\x01"
+    entries = [(b"f", field(2, floats)), (b"i", field(3, ints)), (b"i", field(3, ints))]
+    entries += [
+        (b"m", field(3, ints) + field(3, ints)),
+        (b"s", field(3, ints) + field(2, floats)),
+        (b"e", b""),
+    ]
+    data = field(1, b"".join(field(1, field(1, name) + field(2, feature)) for name, feature in entries))
+    assert (
+        schema.example_lengths(data)
+        == _protobufs_lengths(data)
+        == {
+            "f": ("float32", 2),
+            "i": ("int64", 2),
+            "m": ("int64", 4),
+            "s": ("float32", 2),
+            "e": ("bytes", 0),
+        }
+    )
+    for bad in (b"\x0a\x05ab", b"\xff", b"\x0b", data[:-1]):
+        with pytest.raises(ValueError):
+            schema.example_lengths(bad)
+
+
+def test_check_file_names_the_file_and_needs_no_tensorflow(tmp_path):
+    # The launchers check every input file in their planning process, which never imports
+    # TensorFlow (a training process starts it): the checks and their sentences, without it.
+    import subprocess
+    import sys
+
+    from data.pretraining import tfrecord
+
+    good, short, other, junk = (str(tmp_path / n) for n in ("good", "short", "other", "junk"))
+    with tfrecord.RecordWriter(good) as w:
+        w.write(schema.serialize_example(random_features(random.Random(0), 10, 2)))
+    with tfrecord.RecordWriter(short) as w:  # records of seq 8 / 2 predictions
+        w.write(
+            schema.serialize_example(schema.pad_features([101, 5, 6, 102], [0] * 4, [1], [5], False, 8, 2))
+        )
+    with tfrecord.RecordWriter(other) as w:
+        w.write(
+            tf.train.Example(
+                features=tf.train.Features(feature={"text": tf.train.Feature()})
+            ).SerializeToString()
+        )
+    with tfrecord.RecordWriter(junk) as w:
+        w.write(b"\xff\xff")
+    code = f"""
+import sys
+from data.pretraining import schema
+from common.errors import UserError
+assert schema.check_file({good!r}, {S}, {P}) is schema.STATIC_LAYOUT
+for path in ({short!r}, {other!r}, {junk!r}):
+    try:
+        schema.check_file(path, {S}, {P})
+    except UserError as e:
+        print(e)
+assert "tensorflow" not in sys.modules, "TensorFlow was imported"
+"""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines() == [
+        f"{short}: feature 'input_ids' holds 8 int64 values but max_seq_length={S}, max_predictions_per_seq={P} "
+        f"need {S} int64 (the files were written with max_seq_length=8, max_predictions_per_seq=2).",
+        f"{other}: its records lack the feature 'input_ids'; is it a pretraining file?",
+        f"{junk}: its first record is not a tf.train.Example (a truncated or overlong varint).",
+    ]
 
 
 def test_parse_examples_gives_int32_and_float32():

@@ -77,9 +77,10 @@ def test_reading_records_in_a_training_process_never_builds_the_native_library(t
     code = (
         "import sys\n"
         "from data.pretraining import native, tfrecord\n"
+        "from data.pretraining import schema\n"
         "from training import input_pipeline\n"
         f"assert len(list(tfrecord.read_records({path!r}, verify=True))) == 1\n"
-        f"input_pipeline.check_file({path!r}, {S}, 4)\n"
+        f"schema.check_file({path!r}, {S}, 4)\n"
         "assert native.loaded() is None and native.unavailable_reason() is None, 'native load attempted'\n"
     )
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

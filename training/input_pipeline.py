@@ -37,63 +37,6 @@ from training.data_order import as_written, records_in_order, worker_micro_batch
 DEFAULT_SHUFFLE_WINDOW = 10000
 
 
-def check_file(path, max_seq_length, max_predictions_per_seq):
-    """Reads the first record of `path` and checks it against the schema and sizes; returns its
-    layout (schema.Layout), or None for an empty file.
-
-    Raises UserError naming the file on a non-TFRecord, corrupt or mismatched record."""
-    try:
-        first = next(tfrecord.read_records(path, verify=True, limit=1), None)
-    except tfrecord.CorruptRecordError as e:
-        raise UserError(f"{e} Regenerate it or remove it from the input.") from None
-    if first is None:
-        return None  # an empty file contributes nothing; not an error
-    try:
-        found = schema.example_lengths(first)
-    except Exception as e:  # protobuf's DecodeError, whatever its module
-        raise UserError(f"{path}: its first record is not a tf.train.Example ({e}).") from None
-    layout = schema.layout_of(found)
-    if layout is None:
-        closest = max(schema.LAYOUTS, key=lambda known: len(set(known.names) & set(found)))
-        missing = [n for n in closest.names if n not in found]
-        what = f"lack the feature {missing[0]!r}" if missing else f"hold other features {sorted(found)}"
-        raise UserError(f"{path}: its records {what}; is it a pretraining file?")
-    expected = schema.feature_lengths(max_seq_length, max_predictions_per_seq, layout)
-    dtypes = {f.name: f.dtype for f in layout.features}
-    for name, length in expected.items():
-        kind, n = found[name]
-        if kind != dtypes[name] or n != length:
-            hint = ""
-            if name in (schema.INPUT_IDS, schema.MASKED_LM_POSITIONS):
-                hint = (
-                    f" (the files were written with max_seq_length="
-                    f"{found[schema.INPUT_IDS][1]}, max_predictions_per_seq="
-                    f"{found.get(schema.MASKED_LM_POSITIONS, ('', '?'))[1]})"
-                )
-            raise UserError(
-                f"{path}: feature {name!r} holds {n} {kind} values but max_seq_length={max_seq_length}, "
-                f"max_predictions_per_seq={max_predictions_per_seq} need {length} {dtypes[name]}{hint}."
-            )
-    return layout
-
-
-def check_files(files, max_seq_length, max_predictions_per_seq):
-    """check_file on every file; returns their one layout (the static one when every file is
-    empty). Raises UserError naming two files whose layouts differ."""
-    seen = {}
-    for path in files:
-        layout = check_file(path, max_seq_length, max_predictions_per_seq)
-        if layout is not None:
-            seen.setdefault(layout, path)
-    if len(seen) > 1:
-        (a, first), (b, second) = list(seen.items())[:2]
-        raise UserError(
-            f"The input mixes record layouts: {first} is {a.describe()} but {second} is {b.describe()}; "
-            "give files of one TFRecord stage."
-        )
-    return next(iter(seen), schema.STATIC_LAYOUT)
-
-
 def verify_files(files):
     """Reads every record of every file with CRC checks; returns the total record count.
     Raises UserError naming the first corrupt file and the byte offset."""
@@ -251,7 +194,7 @@ def training_dataset(
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
-    layout = layout or check_files(files, max_seq_length, max_predictions_per_seq)
+    layout = layout or schema.check_files(files, max_seq_length, max_predictions_per_seq)
     counts = (count or record_counts)(files)
     if sum(counts) == 0:
         raise UserError(f"{', '.join(files[:3])}{' ...' if len(files) > 3 else ''} hold no record.")
@@ -302,7 +245,7 @@ def evaluation_dataset(
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
     files = expand_globs(file_patterns)
-    layout = layout or check_files(files, max_seq_length, max_predictions_per_seq)
+    layout = layout or schema.check_files(files, max_seq_length, max_predictions_per_seq)
     d = tf.data.TFRecordDataset(files)
     if layout.masking == schema.DYNAMIC:
         d = d.enumerate()

@@ -174,7 +174,8 @@ class PretrainingTask(Task):
         max_predictions_per_seq and of one layout; this worker's training data from the plan's
         start, rank 0's evaluation data."""
         from bert.checkpoints import global_step_of
-        from training.input_pipeline import check_files, evaluation_dataset, training_dataset
+        from data.pretraining.schema import check_files
+        from training.input_pipeline import evaluation_dataset, training_dataset
 
         train_files = (
             expand_globs(s.input_files, "training files", source="--input_files") if s.do_train else []

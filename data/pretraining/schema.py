@@ -31,13 +31,17 @@ deterministic serialization of the same values, which is what this produces (and
 `SerializeToString(deterministic=True)` gives). Every protobuf reader parses both alike.
 
 Framing the records into files is data/pretraining/tfrecord.py; reading them into the model
-goes through `parse_examples`.
+goes through `parse_examples`; `check_file` checks a file's first record against a layout and
+its sizes before anything reads it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import struct
+
+from common.errors import UserError
+from data.pretraining.tfrecord import CorruptRecordError, read_records
 
 INPUT_IDS = "input_ids"
 INPUT_MASK = "input_mask"
@@ -262,18 +266,147 @@ def native_layout(layout=STATIC_LAYOUT):
     return keys, lengths, kinds
 
 
+def _read_varint(data, i):
+    """(value, index after it) of the varint at data[i]."""
+    value = shift = 0
+    while True:
+        if i >= len(data) or shift > 63:
+            raise ValueError("a truncated or overlong varint")
+        byte = data[i]
+        i += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if byte < 0x80:
+            return value, i
+
+
+def _fields(data):
+    """Yields (field number, wire type, payload) of a protobuf message: an int for varints, bytes
+    for the other wire types. Raises ValueError on bytes that are not a message."""
+    i = 0
+    while i < len(data):
+        key, i = _read_varint(data, i)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            payload, i = _read_varint(data, i)
+        elif wire in (1, 5):
+            size = 8 if wire == 1 else 4
+            payload, i = data[i : i + size], i + size
+        elif wire == 2:
+            size, i = _read_varint(data, i)
+            payload, i = data[i : i + size], i + size
+        else:
+            raise ValueError(f"wire type {wire} of field {number}")
+        if number == 0 or i > len(data):
+            raise ValueError("a truncated or malformed field")
+        yield number, wire, payload
+
+
+def _values_in_list(data, kind):
+    """How many values a BytesList, FloatList or Int64List message holds (packed or not)."""
+    n = 0
+    for number, wire, payload in _fields(data):
+        if number != 1:
+            continue  # an unknown field: skipped, as protobuf does
+        if kind == "int64" and wire == 2:  # packed varints
+            n += sum(1 for b in payload if b < 0x80)
+        elif kind == "float32" and wire == 2:  # packed fixed32
+            n += len(payload) // 4
+        else:
+            n += 1
+    return n
+
+
+_LIST_KINDS = {1: "bytes", 2: "float32", 3: "int64"}  # Feature's oneof: bytes_list, float_list, int64_list
+
+
 def example_lengths(data):
     """{feature name: (kind, number of values)} of one serialized tf.train.Example.
 
     kind is "int64", "float32" or "bytes"; used to check records against the expected
-    sizes with a clear message. Uses the protobuf classes that ship with TensorFlow.
+    sizes with a clear message. Read from the protobuf wire format here (Example { Features
+    features = 1 }, Features { map<string, Feature> feature = 1 }), so checking a record needs no
+    TensorFlow; repeated entries and lists merge as protobuf merges them.
+    Raises ValueError on bytes that are not an Example.
     """
-    from tensorflow.core.example import example_pb2
-
-    example = example_pb2.Example.FromString(data)
+    data = bytes(data)
     out = {}
-    for name, feature in example.features.feature.items():
-        kind = feature.WhichOneof("kind")
-        values = getattr(feature, kind).value if kind else []
-        out[name] = ({"int64_list": "int64", "float_list": "float32"}.get(kind, "bytes"), len(values))
+    for number, wire, features in _fields(data):
+        if number != 1 or wire != 2:
+            continue
+        for number, wire, entry in _fields(features):
+            if number != 1 or wire != 2:
+                continue
+            name, kind, count = "", None, 0
+            for field, field_wire, payload in _fields(entry):
+                if field == 1 and field_wire == 2:
+                    name = payload.decode("utf-8")
+                elif field == 2 and field_wire == 2:
+                    for list_field, list_wire, values in _fields(payload):
+                        if list_field in _LIST_KINDS and list_wire == 2:
+                            listed = _LIST_KINDS[list_field]
+                            count = (count if listed == kind else 0) + _values_in_list(values, listed)
+                            kind = listed
+            out[name] = (kind or "bytes", count)  # a Feature with no list set holds no values
     return out
+
+
+# ---- checking files ------------------------------------------------------------------------
+
+
+def check_file(path, max_seq_length, max_predictions_per_seq):
+    """Reads the first record of `path` and checks it against the schema and sizes; returns its
+    layout (a Layout), or None for an empty file. No TensorFlow: the launchers check every file
+    before a training process starts.
+
+    Raises UserError naming the file on a non-TFRecord, corrupt or mismatched record."""
+    try:
+        first = next(read_records(path, verify=True, limit=1), None)
+    except CorruptRecordError as e:
+        raise UserError(f"{e} Regenerate it or remove it from the input.") from None
+    if first is None:
+        return None  # an empty file contributes nothing; not an error
+    try:
+        found = example_lengths(first)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise UserError(f"{path}: its first record is not a tf.train.Example ({e}).") from None
+    layout = layout_of(found)
+    if layout is None:
+        closest = max(LAYOUTS, key=lambda known: len(set(known.names) & set(found)))
+        missing = [n for n in closest.names if n not in found]
+        what = f"lack the feature {missing[0]!r}" if missing else f"hold other features {sorted(found)}"
+        raise UserError(f"{path}: its records {what}; is it a pretraining file?")
+    expected = feature_lengths(max_seq_length, max_predictions_per_seq, layout)
+    dtypes = {f.name: f.dtype for f in layout.features}
+    for name, length in expected.items():
+        kind, n = found[name]
+        if kind != dtypes[name] or n != length:
+            hint = ""
+            if name in (INPUT_IDS, MASKED_LM_POSITIONS):
+                hint = (
+                    f" (the files were written with max_seq_length="
+                    f"{found[INPUT_IDS][1]}, max_predictions_per_seq="
+                    f"{found.get(MASKED_LM_POSITIONS, ('', '?'))[1]})"
+                )
+            raise UserError(
+                f"{path}: feature {name!r} holds {n} {kind} values but max_seq_length={max_seq_length}, "
+                f"max_predictions_per_seq={max_predictions_per_seq} need {length} {dtypes[name]}{hint}."
+            )
+    return layout
+
+
+def check_files(files, max_seq_length, max_predictions_per_seq):
+    """check_file on every file; returns their one layout (the static one when every file is
+    empty). Raises UserError naming two files whose layouts differ."""
+    seen = {}
+    for path in files:
+        layout = check_file(path, max_seq_length, max_predictions_per_seq)
+        if layout is not None:
+            seen.setdefault(layout, path)
+    if len(seen) > 1:
+        (a, first), (b, second) = list(seen.items())[:2]
+        raise UserError(
+            f"The input mixes record layouts: {first} is {a.describe()} but {second} is {b.describe()}; "
+            "give files of one TFRecord stage."
+        )
+    return next(iter(seen), STATIC_LAYOUT)
