@@ -368,7 +368,7 @@ def check_file(path, max_seq_length, max_predictions_per_seq):
         return None  # an empty file contributes nothing; not an error
     try:
         found = example_lengths(first)
-    except (ValueError, UnicodeDecodeError) as e:
+    except ValueError as e:  # a name that is not UTF-8 too (UnicodeDecodeError)
         raise UserError(f"{path}: its first record is not a tf.train.Example ({e}).") from None
     layout = layout_of(found)
     if layout is None:
