@@ -11,7 +11,8 @@ Records come masked (static: Google's layout) or unmasked (dynamic: data/pretrai
 unmasked records are masked as they are read (training/masking.py), each by its position in the
 data order, so every epoch draws new masks and a resumed run the same ones.
 
-Before building the pipeline every file is checked cheaply by reading its first record: a file
+Before building the pipeline every file is checked cheaply by reading its first record
+(data/pretraining/schema.check_files, which the launchers also run, without TensorFlow): a file
 that is not a TFRecord, whose records were written for another max_seq_length /
 max_predictions_per_seq (a phase-2 file in a phase-1 run), or whose layout differs from the other
 files', stops with one sentence naming the file instead of a parse error from deep inside
@@ -171,7 +172,7 @@ def training_dataset(
 ):
     """One worker's micro-batches of the global order of `files` (training/data_order.py), from
     sequence `start` of it, endless, each file checked first (unless `layout` says what
-    check_files found).
+    schema.check_files found).
 
     Args:
       files: TFRecord paths (every worker gets all of them; the order decides who reads what).
@@ -241,7 +242,7 @@ def evaluation_dataset(
     EVALUATION_SORT_BATCHES batches' records are sorted by length and each batch is cut to its bin
     length: the same records, so the same sums, in fewer FLOPs. Unmasked records are masked by
     their position in file order and `seed`: the same masks at every evaluation. `layout`, when
-    given, is what check_files found for these files (they are then not read again)."""
+    given, is what schema.check_files found for these files (they are then not read again)."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
     files = expand_globs(file_patterns)

@@ -329,7 +329,6 @@ def example_lengths(data):
     TensorFlow; repeated entries and lists merge as protobuf merges them.
     Raises ValueError on bytes that are not an Example.
     """
-    data = bytes(data)
     out = {}
     for number, wire, features in _fields(data):
         if number != 1 or wire != 2:
