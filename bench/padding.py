@@ -116,11 +116,12 @@ def vocab_size(vocab: str) -> int:
         return sum(1 for _ in f)
 
 
-def steps_for(model, objective, accumulation: int, bins: list[int], xla: bool) -> dict:
+def steps_for(model, objective, accumulation: int, bins: list[int], xla: bool, seq: int) -> dict:
     """{bin: TrainStep} on one model: bin 0 the stacked update, the others the binned one; XLA
     programs where `xla`, TensorFlow graphs where not."""
     from training import job
     from training.distributed import Distributed
+    from training.length_bins import bin_lengths
 
     update = job.Update(1, accumulation, 1e-4, 1, "lamb")
     dist = Distributed(use_horovod=False)
@@ -132,7 +133,7 @@ def steps_for(model, objective, accumulation: int, bins: list[int], xla: bool) -
             train_steps=10**6,
             distributed=dist,
             jit_compile=xla,
-            shapes_vary=b > 0,
+            bin_lengths=bin_lengths(b, seq),
         )
         for b in bins
     }
@@ -225,7 +226,7 @@ def pretraining_rows(name: str, files: list, vocab: str, phase: int, recipe: str
     batch, k = RECIPES[recipe][phase]
     model = build_model(lambda c, d: BertPretrainer(c, dtype=d), vocab_size(vocab), seq)
     harness.log(f"pretraining {name} phase {phase}, {recipe} ({batch} x {k})")
-    steps = steps_for(model, PretrainingObjective(), k, args.bins, args.xla == "on")
+    steps = steps_for(model, PretrainingObjective(), k, args.bins, args.xla == "on", seq)
     streams = {
         b: (
             steps[b],
@@ -274,7 +275,7 @@ def squad_rows(vocab: str, qa_dir: str, args) -> list:
     model = build_model(lambda c, d: BertSpanModel(c, dtype=d), vocab_size(vocab), seq)
     rows = []
     harness.log(f"SQuAD python_qa fine-tuning ({len(train['input_ids'])} windows)")
-    steps = steps_for(model, SpanObjective(), 1, args.bins, args.xla == "on")
+    steps = steps_for(model, SpanObjective(), 1, args.bins, args.xla == "on", seq)
     streams = {
         b: (
             steps[b],
@@ -378,7 +379,7 @@ def glue_rows(vocab: str, corpus: str, args) -> list:
     seq, batch = 128, 32
     arrays = sst2_like_arrays(corpus, vocab, args.glue_rows, seq)
     model = build_model(lambda c, d: BertClassifier(c, 2, dtype=d), vocab_size(vocab), seq)
-    steps = steps_for(model, ClassificationObjective(), 1, args.bins, args.xla == "on")
+    steps = steps_for(model, ClassificationObjective(), 1, args.bins, args.xla == "on", seq)
     return prediction_rows("GLUE SST-2-like (seq 128)", steps, arrays, batch, args, predict, ())
 
 

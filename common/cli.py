@@ -148,13 +148,14 @@ def define_job_flags(flag) -> None:
     with its kind, default and help declared there): run_pretraining.py and finetuning_cli.py
     define them here and add those whose meaning is their own (output_dir, init_checkpoint, the
     model files, do_train ...). `flag` is a Flags over the job's settings dataclass. --precision,
-    --use_horovod and --bin_size default to None here: resolved later (--amp, the launched ranks,
-    training/length_bins.py)."""
+    --use_horovod, --bin_size and --trace_ahead default to None here: resolved later (--amp, the
+    launched ranks, training/length_bins.py, the XLA cache in use)."""
     flag("learning_rate")
     flag("num_accumulation_steps")
     flag("precision", default=None)
     flag("amp", "NVIDIA's name for --precision=fp16.", bool, default=False)
     flag("use_xla")
+    flag("trace_ahead", default=None)
     flag("use_horovod", default=None)
     flag.alias("horovod", "use_horovod")
     flag("bin_size", default=None)

@@ -14,6 +14,7 @@ import re
 import signal
 import subprocess
 import sys
+from typing import NamedTuple
 
 import numpy as np
 import psutil
@@ -25,6 +26,7 @@ from common.errors import PREEMPTED_EXIT_STATUS
 from conftest import (
     LAUNCH_ENV,
     ROOT,
+    XLA_CACHE_FLAG,
     kill_after_step,
     logged_steps,
     notice_after_step,
@@ -77,33 +79,59 @@ def pretraining_command(data, output_dir, **overrides):
     ]
 
 
+class OneWorker(NamedTuple):
+    data: dict
+    straight: object  # the uninterrupted run's directory
+    env: dict
+    cache: str | None  # the runs' own XLA cache directory, or None (the suite's)
+    compiled: set  # the cache's files after the uninterrupted run
+
+    def command(self, output_dir, **overrides) -> list:
+        # With their own cache, --trace_ahead as users get it: on, since a cache is in use.
+        default = {"trace_ahead": None} if self.cache else {}
+        return [sys.executable, *pretraining_command(self.data, output_dir, **default, **overrides)]
+
+
 @pytest.fixture(scope="module", params=["static", "dynamic"])
 def one_worker(request, tmp_path_factory):
-    """(data, the uninterrupted run's directory) for one masking, shared by the kill -9 and the
-    SIGTERM test: dropout on, accumulation 2, XLA. Dynamic records are masked as read, from their
-    place in the order."""
+    """The uninterrupted run of one masking, shared by the kill -9 and the SIGTERM test: dropout
+    on, accumulation 2, XLA. Dynamic records are masked as read, from their place in the order.
+    Static ones keep their compiled programs in their own XLA cache, where a run that starts after
+    the uninterrupted one, resumed or not, must add nothing: the same programs under the same
+    names, though a resumed run meets its bins' lengths in another order
+    (training/compile_cache.py)."""
     root = tmp_path_factory.mktemp(f"one_worker_{request.param}")
     data = tiny.setup(root / "data", files=2, per_file=60, masking=request.param)
     straight = root / "straight"
-    result = subprocess.run(
-        [sys.executable, *pretraining_command(data, straight)],
-        env=worker_env(),
-        capture_output=True,
-        text=True,
-    )
+    env, cache = worker_env(), None
+    if request.param == "static":
+        cache = str(root / "xla_cache")
+        own = f"--tf_xla_persistent_cache_directory={cache}"
+        env["TF_XLA_FLAGS"] = env["TF_XLA_FLAGS"].replace(XLA_CACHE_FLAG, own)
+    run = OneWorker(data, straight, env, cache, set())
+    result = subprocess.run(run.command(straight), env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-3000:]
-    return data, straight
+    assert ("Traced the update's 9 programs for 4 bin lengths ahead" in result.stdout) == bool(cache)
+    return run._replace(compiled=_cache_files(cache))
+
+
+def _cache_files(cache: str | None) -> set:
+    return set(os.listdir(cache)) if cache else set()
+
+
+def _assert_nothing_compiled_anew(run: OneWorker) -> None:
+    if run.cache:
+        assert run.compiled and _cache_files(run.cache) == run.compiled
 
 
 def test_kill_9_between_checkpoints_then_the_same_command_ends_bit_identical(one_worker, tmp_path):
-    data, straight = one_worker
+    straight, env = one_worker.straight, one_worker.env
     killed = tmp_path / "killed"
-    env = worker_env()
 
     def command():
         # Batch 128 x 2 micro-batches: an update long enough (tens of ms on 2 cores) for the kill
         # to land between checkpoints 4 and 8.
-        return [sys.executable, *pretraining_command(data, killed, keep_checkpoints=2)]
+        return one_worker.command(killed, keep_checkpoints=2)
 
     kill_after_step(command(), killed, env, STOP_AFTER)
     latest = tf.train.latest_checkpoint(str(killed))
@@ -131,14 +159,14 @@ def test_kill_9_between_checkpoints_then_the_same_command_ends_bit_identical(one
         f"ckpt-{2 * SAVE_EVERY}-rank-0-of-1",
         f"ckpt-{STEPS}-rank-0-of-1",
     }
+    _assert_nothing_compiled_anew(one_worker)
 
 
 def test_sigterm_stops_one_worker_with_a_checkpoint_and_the_rerun_ends_bit_identical(one_worker, tmp_path):
-    data, straight = one_worker
+    straight, env = one_worker.straight, one_worker.env
     stopped = tmp_path / "stopped"
-    env = worker_env()
     status, seconds, err = notice_after_step(
-        [sys.executable, *pretraining_command(data, stopped)],
+        one_worker.command(stopped),
         stopped,
         env,
         STOP_AFTER,
@@ -151,12 +179,11 @@ def test_sigterm_stops_one_worker_with_a_checkpoint_and_the_rerun_ends_bit_ident
     assert seconds < 60, f"{seconds:.1f} s from SIGTERM to the exit"
     print(f"one worker: SIGTERM to exit {seconds:.2f} s (stopped at step {step})")
 
-    resumed = subprocess.run(
-        [sys.executable, *pretraining_command(data, stopped)], env=env, capture_output=True, text=True
-    )
+    resumed = subprocess.run(one_worker.command(stopped), env=env, capture_output=True, text=True)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"Resuming from {stopped}/ckpt-{step}" in resumed.stdout
     _assert_identical(stopped, straight, STEPS)
+    _assert_nothing_compiled_anew(one_worker)
 
 
 def rank_process(launcher: subprocess.Popen, rank: int) -> psutil.Process:

@@ -218,3 +218,57 @@ def test_training_state_is_the_optimizer_and_the_loss_scale(config):
     state = {id(v) for v in step.state_variables}
     assert id(step.optimizer.iterations) in state and id(step.loss_scale.scale) in state
     assert not hasattr(step, "accumulator")
+
+
+def _of_length(batch, length):
+    return {
+        name: value[:, :length] if name in ("input_ids", "input_mask", "segment_ids") else value
+        for name, value in batch.items()
+    }
+
+
+@pytest.mark.parametrize("trace_ahead", [True, False])
+def test_tracing_ahead_traces_every_program_of_every_bin_length_before_the_first_update(config, trace_ahead):
+    """Two micro-batches of 8 and 16 positions (bins of 8): with trace_ahead the first update has
+    traced the micro-step and the stacked update at both lengths and the update program, the names
+    settled first (training/compile_cache.py); without, only what the update ran."""
+    from tensorflow.python.framework.ops import uid
+
+    from training.compile_cache import STRIDE
+
+    step = PretrainingStep(
+        _model(config),
+        keras.optimizers.SGD(0.1),
+        accumulation_steps=2,
+        jit_compile=False,
+        bin_lengths=(8, 16),
+        trace_ahead=trace_ahead,
+    )
+    short, long = _split(random_batch(config, batch=4, seq=16), 2)
+    before = uid()
+    step([_of_length(short, 8), long])
+    counts = [
+        f.experimental_get_tracing_count() for f in (step._accumulate, step._whole_update, step._update)
+    ]
+    assert counts == ([2, 2, 1] if trace_ahead else [2, 0, 1])
+    assert (uid() // STRIDE > before // STRIDE) == trace_ahead
+    assert (step.traced_ahead is not None) == trace_ahead
+    if trace_ahead:
+        assert step.traced_ahead.startswith("Traced the update's 5 programs for 2 bin lengths ahead in ")
+        step([long, _of_length(short, 8)])  # nothing new to trace
+        assert step._accumulate.experimental_get_tracing_count() == 2
+
+
+def test_settled_names_start_at_the_next_multiple_of_the_stride_and_the_cache_is_read_from_tf_xla_flags():
+    from tensorflow.python.framework.ops import uid
+
+    from training.compile_cache import STRIDE, persistent_cache_in_use, settle_names
+
+    mark = settle_names()
+    assert mark % STRIDE == 0 and uid() == mark
+    assert settle_names() == mark + STRIDE
+    assert persistent_cache_in_use(
+        {"TF_XLA_FLAGS": "--tf_xla_auto_jit=-1 --tf_xla_persistent_cache_directory=/c"}
+    )
+    assert not persistent_cache_in_use({"TF_XLA_FLAGS": "--tf_xla_auto_jit=-1"})
+    assert not persistent_cache_in_use({})

@@ -37,7 +37,8 @@ import sys
 from common.cli import check_settings, setting
 from common.errors import Preempted, UserError
 from common.files import ensure_writable_dir, write_json
-from training.length_bins import DEFAULT_BIN_SIZE, bin_size_refusal
+from training.compile_cache import persistent_cache_in_use
+from training.length_bins import DEFAULT_BIN_SIZE, bin_lengths, bin_size_refusal
 
 RESOLVED_CONFIG_NAME = "resolved_config.json"
 
@@ -77,6 +78,14 @@ class JobSettings:
         "fp32 (TF32 off), tf32, fp16 (loss scaling, fp16 allreduce) or bf16; --amp means fp16.",
     )
     use_xla: bool = setting("bool", True, "Compile the training, evaluation and prediction steps with XLA.")
+    trace_ahead: bool | None = setting(
+        "bool",
+        None,
+        "With XLA: before the first update, trace every program an update may run for every bin "
+        "length (seconds each), so that each is named as in every other run and TensorFlow's "
+        "persistent XLA cache (TF_XLA_FLAGS=--tf_xla_persistent_cache_directory=DIR) serves a "
+        "resumed run without compiling again; default: on when that cache is in use.",
+    )
     use_horovod: bool = setting(
         "bool",
         False,
@@ -251,6 +260,7 @@ def plan(s: JobSettings, task, dist, out) -> Plan:
         "vocab_file": vocab_file,
         **update.describe(),
         "bin_size": bin_size_of(s),
+        "trace_ahead": trace_ahead_of(s),
         "resume_from": resume_from,
         "start_sequence": start,
         **prepared.resolved,
@@ -290,7 +300,8 @@ def _build_step(s: JobSettings, task, plan: Plan, dist, out):
         train_steps=plan.steps,
         distributed=dist,
         jit_compile=s.use_xla,
-        shapes_vary=bin_size_of(s) > 0,
+        bin_lengths=bin_lengths(bin_size_of(s), s.max_seq_length),
+        trace_ahead=trace_ahead_of(s),
     )
 
 
@@ -299,6 +310,12 @@ def bin_size_of(s: JobSettings) -> int:
     from training.length_bins import resolved_bin_size
 
     return resolved_bin_size(s.bin_size, s.max_seq_length)
+
+
+def trace_ahead_of(s: JobSettings) -> bool:
+    """--trace_ahead as the job runs it: only with XLA; None means on when TF_XLA_FLAGS keeps a
+    persistent cache (training/compile_cache.py)."""
+    return s.use_xla and (persistent_cache_in_use(os.environ) if s.trace_ahead is None else s.trace_ahead)
 
 
 def _train(s: JobSettings, task, plan: Plan, step, out, tracker=None, launcher=None):
@@ -461,10 +478,11 @@ class Update:
         train_steps: int,
         distributed,
         jit_compile: bool,
-        shapes_vary: bool = False,
+        bin_lengths: tuple[int, ...] = (),
+        trace_ahead: bool = False,
     ):
         """The TrainStep (training/train_step.py) of `model` and `objective` with this update's
-        optimizer and schedule; `shapes_vary` when the input is binned by length."""
+        optimizer and schedule; `bin_lengths` and `trace_ahead` as TrainStep takes them."""
         from training.train_step import TrainStep
 
         return TrainStep(
@@ -474,7 +492,8 @@ class Update:
             accumulation_steps=self.accumulation_steps,
             distributed=distributed,
             jit_compile=jit_compile,
-            shapes_vary=shapes_vary,
+            bin_lengths=bin_lengths,
+            trace_ahead=trace_ahead,
         )
 
 

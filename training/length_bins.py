@@ -54,6 +54,13 @@ def bin_size_refusal(bin_size: int | None, max_seq_length: int) -> str | None:
     return None
 
 
+def bin_lengths(bin_size: int, max_seq_length: int) -> tuple[int, ...]:
+    """Every length `bin_length` can give, shortest first: (max_seq_length,) for bin_size 0."""
+    if bin_size == 0:
+        return (max_seq_length,)
+    return (*range(bin_size, max_seq_length, bin_size), max_seq_length)
+
+
 def bin_length(longest, bin_size: int, max_seq_length: int):
     """The padded length of a batch whose longest sequence has `longest` real tokens (a tensor or
     an int): rounded up to a multiple of bin_size, at least one bin, at most max_seq_length.

@@ -202,7 +202,7 @@ def _updates(step, micro_batches, checkpointer, log, num_train_steps, saving, pe
         # Programs compiled for a new shape (binned input) are reported, not counted as training.
         compiling = step.compile_seconds - compiling
         seconds = max(time.perf_counter() - started - compiling, 0.0) / max(applied, 1)
-        log.record_compiled(step.compiled)
+        log.record_compiled(step.compiled, step.traced_ahead)
         for metrics in results:
             if not metrics["applied"]:
                 if not metrics["loss_scale_enabled"]:

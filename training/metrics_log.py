@@ -110,6 +110,7 @@ class MetricsLog:
         self._interval_seconds = 0.0
         self._interval_updates = 0
         self._compiled_reported = 0
+        self._traced_ahead_reported = False
         self._progress = Progress(
             "step", total=max(1, total_steps - start_step), unit="step", stream=self.stream, enabled=False
         )
@@ -183,9 +184,13 @@ class MetricsLog:
             )
         return entry
 
-    def record_compiled(self, compiled: list) -> None:
+    def record_compiled(self, compiled: list, traced_ahead: str | None = None) -> None:
         """Prints the programs compiled since the last call (TrainStep.compiled: (program and
-        shape, seconds), in order), each once."""
+        shape, seconds), in order), each once, after TrainStep's sentence on the programs it
+        traced ahead (once)."""
+        if traced_ahead and not self._traced_ahead_reported and self.enabled:
+            print(traced_ahead, file=self.stream, flush=True)
+        self._traced_ahead_reported = self._traced_ahead_reported or bool(traced_ahead)
         for program, seconds in compiled[self._compiled_reported :]:
             if self.enabled:
                 print(f"Compiled the {program} program in {seconds:.1f} s.", file=self.stream, flush=True)

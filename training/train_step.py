@@ -20,7 +20,7 @@ TF 2.21), so the gradient program hands its sums to the allreduce and a second p
 the update.
 
 Micro-batches of several lengths (training/length_bins.py: each padded only to its bin) cannot
-be stacked. With `shapes_vary` and k > 1 an update is instead one compiled micro-step per
+be stacked. With several bin lengths and k > 1 an update is instead one compiled micro-step per
 micro-batch (its gradients added to the sums it is handed, one program per bin length) and one
 compiled update program, unless its micro-batches are so alike in length that padding them all
 to the longest costs little (STACK_ABOVE): then they are stacked at that length as usual. With
@@ -105,8 +105,12 @@ class TrainStep:
     fp16_compression: Horovod fp16 compression of the gradient sum; default: on exactly when
     the loss is scaled (mixed_float16). Gradients are unscaled before they are sent, so the
     float16 wire format holds true gradient values, not values 2^15 times larger.
-    shapes_vary: the micro-batches of one update may differ in length (binned input); with k > 1
-    each is then its own compiled micro-step (see the module docstring).
+    bin_lengths: the lengths a micro-batch may be padded to (training.length_bins.bin_lengths);
+    when there are several, the micro-batches of one update may differ in length and, with k > 1,
+    each is its own compiled micro-step (see the module docstring).
+    trace_ahead: the first update first traces every program any update may run, for every bin
+    length, in one order and under settled names (training/compile_cache.py), so that
+    TensorFlow's persistent compilation cache serves a resumed run as it serves a new one.
     """
 
     def __init__(
@@ -120,7 +124,8 @@ class TrainStep:
         jit_compile: bool = True,
         loss_scale: DynamicLossScale | None = None,
         fp16_compression: bool | None = None,
-        shapes_vary: bool = False,
+        bin_lengths: tuple[int, ...] = (),
+        trace_ahead: bool = False,
     ):
         if accumulation_steps < 1:
             raise ValueError(f"accumulation_steps must be >= 1 (got {accumulation_steps}).")
@@ -135,9 +140,13 @@ class TrainStep:
             loss_scale = DynamicLossScale(enabled=model.dtype_policy.name == "mixed_float16")
         self.loss_scale = loss_scale
         self.fp16_compression = loss_scale.enabled if fp16_compression is None else fp16_compression
-        self.micro_steps = shapes_vary and accumulation_steps > 1
+        self.bin_lengths = tuple(bin_lengths)
+        self.micro_steps = len(self.bin_lengths) > 1 and accumulation_steps > 1
+        self.trace_ahead = trace_ahead
+        self._settled: set[str] = set()  # the kinds of program traced under settled names so far
         self.compiled: list[tuple[str, float]] = []  # (program and shape, seconds), in order
-        self.compile_seconds = 0.0
+        self.compile_seconds = 0.0  # compiling and tracing ahead, kept out of throughput
+        self.traced_ahead: str | None = None  # the sentence saying so, once traced ahead
         self._shapes_seen: set = set()
         # Traced as written (autograph=False): the steps hold no Python control flow on tensors, and
         # AutoGraph's source conversion cost seconds of CPU in every process that trains.
@@ -268,6 +277,8 @@ class TrainStep:
                 f"the input ran out after {len(batches)} of {self.accumulation_steps} "
                 "micro-batches of an update."
             )
+        if self.trace_ahead and "update" not in self._settled:
+            self._trace_every_program(batches)
         if self.micro_steps:
             padded = _stacked_or_none(batches)
             if padded is None:
@@ -299,6 +310,61 @@ class TrainStep:
             gradients, sums = self._sum_gradients(gradients), self._sum_named(sums)
         totals = {**sums, **denominators}
         return totals, self._update(gradients, totals)
+
+    def _settle(self, kind: str) -> None:
+        """With `trace_ahead`, before the first program of `kind` is traced: settles the names
+        (training/compile_cache.py). An update's programs are then all traced at once; evaluation
+        and prediction meet their shapes in their data's order, the same in every run."""
+        from training.compile_cache import settle_names
+
+        if self.trace_ahead and kind not in self._settled:
+            self._settled.add(kind)
+            settle_names()
+
+    def _trace_every_program(self, batches) -> None:
+        """Traces each compiled program an update may run, for each bin length from the shortest,
+        under settled names (`trace_ahead`, training/compile_cache.py); `batches` (one update's
+        micro-batches) give the features' kinds. Nothing is compiled or run here."""
+        from training.length_bins import SEQUENCE_FEATURES
+
+        scalar = tf.TensorSpec([], tf.float32)
+        denominators = {name: scalar for name in self._denominators(batches)}
+        sums = {name: scalar for name in self.objective.sums}
+        gradients = [tf.TensorSpec(v.shape, tf.float32) for v in self.variables]
+        k = self.accumulation_steps
+        started, traced = time.perf_counter(), 0
+        self._settle("update")
+        for length in self.bin_lengths or (None,):
+            features = {
+                name: tf.TensorSpec(
+                    [*value.shape[:-1], length] if length and name in SEQUENCE_FEATURES else value.shape,
+                    value.dtype,
+                )
+                for name, value in batches[0].items()
+            }
+            stacked = (
+                features
+                if k == 1
+                else {n: tf.TensorSpec([k, *f.shape], f.dtype) for n, f in features.items()}
+            )
+            if self.distributed.size == 1:
+                self._whole_update.get_concrete_function(stacked)
+            else:
+                self._gradients.get_concrete_function(stacked, denominators)
+            traced += 1
+            if self.micro_steps:
+                self._accumulate.get_concrete_function(features, denominators, gradients, sums)
+                traced += 1
+        if self.micro_steps or self.distributed.size > 1:
+            self._update.get_concrete_function(gradients, {**sums, **denominators})
+            traced += 1
+        seconds = time.perf_counter() - started
+        self.compile_seconds += seconds
+        lengths = len(self.bin_lengths) or 1
+        self.traced_ahead = (
+            f"Traced the update's {traced} programs for {lengths} bin length{'s' * (lengths > 1)} "
+            f"ahead in {seconds:.1f} s (named as in every run: the XLA cache serves a resumed run)."
+        )
 
     def _timed(self, program: str, features, function, *args):
         """function(*args); the first call for a shape (which compiles) is waited for and timed."""
@@ -358,6 +424,7 @@ class TrainStep:
         """The objective's loss, terms and metrics over an iterable of feature dicts (at most
         `max_batches`), on this worker alone, plus `batches` (how many were read)."""
         totals, count = {}, 0
+        self._settle("evaluate")
         for features in itertools.islice(batches, max_batches):
             totals = _add(totals, self._evaluate(features))
             count += 1
@@ -369,6 +436,7 @@ class TrainStep:
 
     def predict(self, features) -> dict:
         """The model's outputs for one batch (inference: no dropout), as NumPy arrays."""
+        self._settle("predict")
         return {name: value.numpy() for name, value in self._predict(features).items()}
 
     # --- state --------------------------------------------------------------------------------
