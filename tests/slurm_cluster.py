@@ -22,6 +22,9 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CPUS = 8  # scripts/run.sub's default --ntasks-per-node
+# How long a job step's credential stays valid, and so how long a requeued job waits before it may
+# start again: 30 s instead of SLURM's 120, still ample for a step to start on two busy cores.
+CRED_EXPIRE_S = 30
 MARK = "BERT_TEST_SLURM_CLUSTER"  # in the daemons' environment, so teardown finds their children
 
 
@@ -80,7 +83,8 @@ class SlurmCluster:
             "SlurmdUser": "root",
             "AuthType": "auth/munge",
             "CredType": "cred/munge",
-            "AuthInfo": f"socket={self.munge_socket}",
+            # A requeued job waits cred_expire seconds before it may start again (120 by default).
+            "AuthInfo": f"socket={self.munge_socket},cred_expire={CRED_EXPIRE_S}",
             "StateSaveLocation": os.path.join(self.root, "state"),
             "SlurmdSpoolDir": os.path.join(self.root, "spool"),
             "SlurmctldPidFile": os.path.join(self.root, "slurmctld.pid"),

@@ -1,9 +1,10 @@
 """scripts/run.sub under a real SLURM (tests/slurm_cluster.py: munged, slurmctld and slurmd on this
 machine): submitted with sbatch as docs/cluster.md tells users, HOROVOD_LAUNCHER=mpirun running the
-pretraining launcher with two workers in a one-node allocation. SLURM's own preemption signal
-(`scancel -b -s USR1`) stops the job with a checkpoint, run.sub requeues it, and the requeued job
-ends with exactly the weights of a job that was never stopped; a worker killed outright fails the
-job with the launcher's error instead of hanging it."""
+pretraining launcher with two workers in a one-node allocation. SLURM's own signals to the batch
+shell (`scancel -b -s USR1`, the notice run.sub asks for before the time limit, and SIGTERM, a
+preemption's) stop the job with a checkpoint, run.sub requeues it, and the requeued job ends with
+exactly the weights of a job that was never stopped; a worker killed outright fails the job with
+the launcher's error instead of hanging it."""
 
 import json
 import os
@@ -106,38 +107,50 @@ def test_srun_starts_pmix_tasks(slurm_cluster):  # noqa: F811
     assert sorted(result.stdout.splitlines()) == ["rank 0 of 2", "rank 1 of 2"]
 
 
+SIGNALS = ("USR1", "TERM")
+
+
 @pytest.fixture(scope="module")
-def requeued(slurm_cluster, workspace):  # noqa: F811
-    """A job stopped by `scancel -b -s USR1` once it logged an update, and requeued; the same
-    command submitted again, to run uninterrupted while the requeued job waits to be eligible
-    (about 2 minutes: slurmctld holds a requeued job for its credentials' lifetime)."""
-    job_id, stopped, log = submit(slurm_cluster, workspace, "stopped")
-    wait_for_step(slurm_cluster, job_id, stopped / "phase_1", log)
-    notice = slurm_cluster.call("scancel", "-b", "-s", "USR1", job_id)
-    assert notice.returncode == 0, notice.stderr
-    # Requeued: Restarts counts it at once, the state leaves COMPLETING once the old allocation is gone.
-    fields = slurm_cluster.wait_job(
-        job_id,
-        lambda f: f["Restarts"] == "1" and f["JobState"] != "COMPLETING",
-        JOB_S,
-        "requeued (Restarts=1, allocation released)",
-    )
-    straight_id, straight, straight_log = submit(slurm_cluster, workspace, "straight")
-    return dict(
-        id=job_id,
-        results=stopped,
-        log=log,
-        fields=fields,
-        straight_id=straight_id,
-        straight=straight,
-        straight_log=straight_log,
-    )
+def stopped_jobs(slurm_cluster, workspace):  # noqa: F811
+    """For each of SIGNALS, a job stopped by `scancel -b -s SIGNAL` once it logged an update, and
+    requeued: {signal: dict(id, results, log, fields)}. The jobs run side by side (the node has
+    slots for them), as does their requeued run with the next job's."""
+    jobs = {name: submit(slurm_cluster, workspace, f"stopped_{name}") for name in SIGNALS}
+    stopped = {}
+    for name, (job_id, results, log) in jobs.items():
+        wait_for_step(slurm_cluster, job_id, results / "phase_1", log)
+        notice = slurm_cluster.call("scancel", "-b", "-s", name, job_id)
+        assert notice.returncode == 0, notice.stderr
+    for name, (job_id, results, log) in jobs.items():
+        # Requeued: Restarts counts it at once, the state leaves COMPLETING once the old
+        # allocation is gone.
+        fields = slurm_cluster.wait_job(
+            job_id,
+            lambda f: f["Restarts"] == "1" and f["JobState"] != "COMPLETING",
+            JOB_S,
+            "requeued (Restarts=1, allocation released)",
+        )
+        stopped[name] = dict(signal=name, id=job_id, results=results, log=log, fields=fields)
+    return stopped
 
 
-def test_usr1_from_scancel_stops_the_job_with_a_checkpoint_and_requeues_it(requeued):
+@pytest.fixture(scope="module")
+def straight(slurm_cluster, workspace, stopped_jobs):  # noqa: F811
+    """The same command as the stopped jobs', never stopped: (job id, results, log), submitted
+    while they wait to be eligible again (slurmctld holds a requeued job for its credentials'
+    lifetime, tests/slurm_cluster.py's CRED_EXPIRE_S)."""
+    return submit(slurm_cluster, workspace, "straight")
+
+
+@pytest.fixture(params=SIGNALS)
+def requeued(request, stopped_jobs):
+    return stopped_jobs[request.param]
+
+
+def test_a_signal_from_scancel_stops_the_job_with_a_checkpoint_and_requeues_it(requeued):
     assert requeued["fields"]["JobState"] in ("REQUEUED", "PENDING", "CONFIGURING", "RUNNING")
     text = requeued["log"].read_text()
-    assert "stopped for a preemption (SIGUSR1): re-run the same command to continue" in text
+    assert f"stopped for a preemption (SIG{requeued['signal']}): re-run the same command to continue" in text
     assert f"[run.sub] stopped for a preemption with a checkpoint: requeueing job {requeued['id']}" in text
     step = _stopped_at(text)
     assert 1 <= step < PHASE1_STEPS  # mid-phase
@@ -188,10 +201,15 @@ def test_a_worker_killed_outright_fails_the_job_with_the_launchers_error(slurm_c
     assert not (results / "phase_2").exists()
 
 
-def test_the_requeued_job_resumes_and_ends_with_an_uninterrupted_jobs_weights(slurm_cluster, requeued):  # noqa: F811
+def test_the_requeued_job_resumes_and_ends_with_an_uninterrupted_jobs_weights(
+    slurm_cluster,  # noqa: F811
+    requeued,
+    straight,
+):
     cluster, job_id = slurm_cluster, requeued["id"]
-    straight = _finished(cluster, requeued["straight_id"])
-    assert (straight["JobState"], straight["ExitCode"], straight["Restarts"]) == ("COMPLETED", "0:0", "0")
+    straight_id, straight_results, straight_log = straight
+    fields = _finished(cluster, straight_id)
+    assert (fields["JobState"], fields["ExitCode"], fields["Restarts"]) == ("COMPLETED", "0:0", "0")
     fields = _finished(cluster, job_id)
     assert (fields["JobState"], fields["ExitCode"], fields["Restarts"]) == ("COMPLETED", "0:0", "1"), _tail(
         requeued["log"]
@@ -201,13 +219,10 @@ def test_the_requeued_job_resumes_and_ends_with_an_uninterrupted_jobs_weights(sl
     first, second = requeued["log"].read_text().split(f"requeueing job {job_id}\n", 1)
     step = _stopped_at(first)
     assert f"Resuming from {requeued['results']}/phase_1/ckpt-{step}." in second
-    assert (
-        "== run_pretraining_lamb.sh: done" in second
-        and "Resuming" not in requeued["straight_log"].read_text()
-    )
+    assert "== run_pretraining_lamb.sh: done" in second and "Resuming" not in straight_log.read_text()
 
     stopped = requeued["results"]
-    assert _final_step(stopped / "phase_1") == _final_step(requeued["straight"] / "phase_1") == PHASE1_STEPS
+    assert _final_step(stopped / "phase_1") == _final_step(straight_results / "phase_1") == PHASE1_STEPS
     assert _final_step(stopped / "phase_2") == PHASE2_STEPS
-    _assert_identical(stopped / "phase_1", requeued["straight"] / "phase_1", PHASE1_STEPS)
-    _assert_identical(stopped / "phase_2", requeued["straight"] / "phase_2", PHASE2_STEPS)
+    _assert_identical(stopped / "phase_1", straight_results / "phase_1", PHASE1_STEPS)
+    _assert_identical(stopped / "phase_2", straight_results / "phase_2", PHASE2_STEPS)
