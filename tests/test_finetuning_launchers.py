@@ -627,9 +627,10 @@ def test_inference_refuses_an_output_directory_holding_another_checkpoint(tmp_pa
 
 
 @pytest.mark.slow  # two TensorFlow processes: fine-tuning, then prediction (about 30 s on 2 cores)
-def _tiny_pretrained(tmp_path):
-    """A tiny BERT saved as Google's checkpoint with a vocab of the MRPC fixture's words, and the
-    launcher environment that points at it and at the GLUE fixtures."""
+def tiny_pretrained(tmp_path, text_files) -> dict:
+    """A tiny BERT saved as Google's checkpoint under tmp_path/pretrained with a vocab of the words
+    of `text_files` (split on whitespace, lower-cased), and the launcher environment that points
+    at it (BERT_DIR) and at tmp_path/results (RESULTS_DIR)."""
     from bert.checkpoints import save_google
     from bert.config import BertConfig
     from bert.encoder import BertEncoder
@@ -637,8 +638,8 @@ def _tiny_pretrained(tmp_path):
     from tiny_pretraining import CONFIG
 
     words = set()
-    for name in os.listdir(os.path.join(GLUE_FIXTURES, "MRPC")):
-        with open(os.path.join(GLUE_FIXTURES, "MRPC", name), encoding="utf-8") as f:
+    for path in text_files:
+        with open(path, encoding="utf-8") as f:
             words.update(w.lower() for w in f.read().split())
     vocab = list(dict.fromkeys([*SPECIAL_TOKENS, *sorted(words)]))
     (tmp_path / "vocab.txt").write_text("\n".join(vocab) + "\n")
@@ -648,16 +649,18 @@ def _tiny_pretrained(tmp_path):
         str(bert_dir),
         vocab_file=str(tmp_path / "vocab.txt"),
     )
-    return {
-        "BERT_DIR": str(bert_dir),
-        "GLUE_DIR": GLUE_FIXTURES,
-        "RESULTS_DIR": str(tmp_path / "results"),
-        "TF_CPP_MIN_LOG_LEVEL": "2",
-    }
+    return {"BERT_DIR": str(bert_dir), "RESULTS_DIR": str(tmp_path / "results"), "TF_CPP_MIN_LOG_LEVEL": "2"}
+
+
+def _mrpc_pretrained(tmp_path) -> dict:
+    """tiny_pretrained with the MRPC fixture's words; GLUE_DIR the GLUE fixtures."""
+    mrpc = os.path.join(GLUE_FIXTURES, "MRPC")
+    files = [os.path.join(mrpc, name) for name in os.listdir(mrpc)]
+    return {**tiny_pretrained(tmp_path, files), "GLUE_DIR": GLUE_FIXTURES}
 
 
 def test_run_glue_then_predict_from_its_output_directory(tmp_path):
-    env = _tiny_pretrained(tmp_path)
+    env = _mrpc_pretrained(tmp_path)
     trained = launch(
         "run_glue.sh",
         "MRPC",
@@ -723,7 +726,7 @@ def test_run_tune_defaults_and_squad_tasks():
 
 @pytest.mark.slow
 def test_run_tune_runs_a_study_on_the_glue_fixture(tmp_path):
-    env = _tiny_pretrained(tmp_path)
+    env = _mrpc_pretrained(tmp_path)
     args = ["MRPC", "2", "1", "tiny", "fp32", "false", "64", "--", "--train_batch_size=2"]
     args += ["--num_train_epochs_choices=1", "--learning_rate_range=1e-4,1e-3", "--eval_every_n_steps=1"]
     result = launch("run_tune.sh", *args, env=env, timeout=600)

@@ -8,6 +8,7 @@ the launcher's error instead of hanging it."""
 
 import json
 import os
+import shutil
 import signal
 import time
 
@@ -18,6 +19,7 @@ import tensorflow as tf
 import tiny_pretraining as tiny
 from conftest import LAUNCH_ENV, ROOT, logged_steps, pretraining_workspace, worker_env
 from slurm_cluster import MARK, slurm_cluster  # noqa: F401 (the session's cluster, a fixture)
+from test_finetuning_launchers import tiny_pretrained
 from test_preemption import _assert_identical, _stopped_at
 
 pytestmark = pytest.mark.slow
@@ -53,9 +55,10 @@ def workspace(tmp_path_factory):
     return root, env
 
 
-def submit(cluster, workspace, name):
-    """`sbatch -N 1 --ntasks-per-node=2 scripts/run.sub bash scripts/run_pretraining_lamb.sh ...`
-    from the checkout, results under RESULTSDIR=<workspace>/<name>; (job id, results, log)."""
+def submit(cluster, workspace, name, command=("scripts/run_pretraining_lamb.sh", *LAUNCHER_ARGS)):
+    """`sbatch -N 1 --ntasks-per-node=2 scripts/run.sub bash COMMAND...` (the pretraining launcher
+    by default) from the checkout, results under RESULTSDIR=<workspace>/<name>; (job id, results,
+    log)."""
     root, data_env = workspace
     results, log = root / name, root / f"{name}.out"
     env = {k: v for k, v in worker_env().items() if k not in LAUNCH_ENV}
@@ -68,8 +71,7 @@ def submit(cluster, workspace, name):
         f"--output={log}",
         "scripts/run.sub",
         "bash",
-        "scripts/run_pretraining_lamb.sh",
-        *LAUNCHER_ARGS,
+        *command,
         env=env,
         cwd=ROOT,
     )
@@ -226,3 +228,45 @@ def test_the_requeued_job_resumes_and_ends_with_an_uninterrupted_jobs_weights(
     assert _final_step(stopped / "phase_2") == PHASE2_STEPS
     _assert_identical(stopped / "phase_1", straight_results / "phase_1", PHASE1_STEPS)
     _assert_identical(stopped / "phase_2", straight_results / "phase_2", PHASE2_STEPS)
+
+
+def test_run_squad_sh_fine_tunes_on_two_workers_and_predicts_as_a_job(slurm_cluster, tmp_path_factory):  # noqa: F811
+    """The SQuAD launcher submitted the same way: a tiny BERT fine-tuned on the SQuAD fixture by
+    two workers that mpirun starts in the allocation, then the dev set predicted and scored."""
+    root = tmp_path_factory.mktemp("slurm_squad")
+    fixture = os.path.join(ROOT, "tests", "fixtures", "squad", "train-v1.1-tiny.json")
+    squad = root / "squad" / "v1.1"
+    squad.mkdir(parents=True)
+    for name in ("train-v1.1.json", "dev-v1.1.json"):
+        shutil.copy(fixture, squad / name)
+    env = {**tiny_pretrained(root, [fixture]), "SQUAD_DIR": str(root / "squad")}
+    # Batch 2, learning rate, precision, XLA, GPUs (workers), sequence (the tiny model has 64
+    # positions: questions of at most 24 tokens), stride, model, version.
+    args = [
+        "2",
+        "1e-3",
+        "fp32",
+        "false",
+        "2",
+        "64",
+        "32",
+        "tiny",
+        "1.1",
+        "--epochs=1",
+        "--",
+        "--max_query_length=24",
+    ]
+    job_id, results, log = submit(slurm_cluster, (root, env), "results", ("scripts/run_squad.sh", *args))
+    fields = _finished(slurm_cluster, job_id)
+    assert (fields["JobState"], fields["ExitCode"]) == ("COMPLETED", "0:0"), _tail(log)
+    output = results / "squad_v1.1_tiny"
+    evaluated = json.loads((output / "eval_results.json").read_text())
+    assert {"exact_match", "f1"} <= set(evaluated) and 0 <= evaluated["f1"] <= 100
+    predictions = json.loads((output / "predictions.json").read_text())
+    assert len(predictions) == 13  # every question of the fixture
+    text = log.read_text()
+    assert "through mpirun" in text and "workers: 2 (mpirun -np 2)" in text, text[-3000:]
+    assert (
+        "== run_squad.sh: results (" in text
+        and f"f1                           = {evaluated['f1']:.4f}" in text
+    )
