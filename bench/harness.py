@@ -189,6 +189,7 @@ class Child:
             threading.Thread(target=target, daemon=True)
             for target in (self._read_stdout, self._read_stderr, self._reap, self._watch)
         ]
+        self._stderr_reader = self._threads[1]
         for thread in self._threads:
             thread.start()
 
@@ -215,6 +216,8 @@ class Child:
             self.events.put(event)  # every later call fails alike
             if not self._exited.wait(60):  # stdout closed, the process still there
                 self.kill()
+            # Its last stderr lines name the cause: read them to the pipe's end first.
+            self._stderr_reader.join(timeout=30)
             raise ChildFailed(self._crash_cause())
         return event
 
