@@ -272,3 +272,33 @@ def test_settled_names_start_at_the_next_multiple_of_the_stride_and_the_cache_is
     )
     assert not persistent_cache_in_use({"TF_XLA_FLAGS": "--tf_xla_auto_jit=-1"})
     assert not persistent_cache_in_use({})
+
+
+@pytest.mark.parametrize("binned", [True, False])
+def test_a_trace_per_bin_length_draws_no_retracing_warning(config, binned):
+    """Five evaluation batches of five lengths: five traces of one function, which TensorFlow
+    warns about unless the step knows them for its bin lengths."""
+    import logging
+
+    class Collect(logging.Handler):
+        def __init__(self):
+            super().__init__()
+            self.messages = []
+
+        def emit(self, record):
+            self.messages.append(record.getMessage())
+
+    lengths = (8, 10, 12, 14, 16)
+    step = PretrainingStep(
+        _model(config), keras.optimizers.SGD(0.1), jit_compile=False, bin_lengths=lengths if binned else ()
+    )
+    batch = random_batch(config, batch=2, seq=16)
+    collect = Collect()
+    tf.get_logger().addHandler(collect)
+    try:
+        step.evaluate(_of_length(batch, length) for length in lengths)
+    finally:
+        tf.get_logger().removeHandler(collect)
+    assert step._evaluate.experimental_get_tracing_count() == 5
+    warned = [m for m in collect.messages if "triggered tf.function retracing" in m]
+    assert (warned == []) == binned, collect.messages

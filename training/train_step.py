@@ -165,6 +165,19 @@ class TrainStep:
         self._sum_scalars = step(lambda vector: self.distributed.sum([vector])[0])
         self._evaluate = step(self._evaluate_batch, jit_compile=jit_compile)
         self._predict = step(lambda features: self.model(features, training=False), jit_compile=jit_compile)
+        if len(self.bin_lengths) > 1:
+            # A trace per bin length is the design (at most max_seq_length / bin_size of them):
+            # TensorFlow's "calls ... triggered tf.function retracing" warning would say nothing
+            # true, so these functions leave it out (the attribute TensorFlow's own loaded
+            # SavedModel functions set).
+            for function in (
+                self._accumulate,
+                self._whole_update,
+                self._gradients,
+                self._evaluate,
+                self._predict,
+            ):
+                function._omit_frequent_tracing_warning = True
         self.broadcast()
 
     # --- the compiled parts -------------------------------------------------------------------
