@@ -375,7 +375,8 @@ class TrainStep:
         self.compile_seconds += seconds
         lengths = len(self.bin_lengths) or 1
         self.traced_ahead = (
-            f"Traced the update's {traced} programs for {lengths} bin length{'s' * (lengths > 1)} "
+            f"Traced the update's {traced} program{'s' * (traced > 1)} for {lengths} bin "
+            f"length{'s' * (lengths > 1)} "
             f"ahead in {seconds:.1f} s (named as in every run: the XLA cache serves a resumed run)."
         )
 
