@@ -14,6 +14,9 @@ One precedence for every launcher and setting:
     defaults < preset file (configs/presets/<launcher>/) < positional (NVIDIA's order) < --NAME=VALUE
     computed defaults < environment variable < --PATH_OPTION=PATH
 
+A setting the entry point takes as it is names its flag in the table (`Setting(..., flag=...)`, or
+`Setting.of_field` for one declared on a settings dataclass), and `Launch.command` passes it on:
+a launcher only renames. A plan writes out only the flags it computes (paths, per-phase values).
 Values are checked against common/kinds.py, the table the entry points' flags use too. Workers
 start one way for every launcher (launch/workers.py). The package sits above training/: it
 imports the library to check inputs; nothing below imports it.

@@ -71,9 +71,9 @@ SETTINGS = (
     _named(
         "train_vocab", "", "custom", "train a WordPiece vocab of this many entries on the shards", _vocab_size
     ),
-    Setting.of_field(PrepSettings, "n_training_shards"),
-    Setting.of_field(PrepSettings, "n_test_shards"),
-    Setting.of_field(PrepSettings, "fraction_test_set"),
+    Setting.of_field(PrepSettings, "n_training_shards", passed_on=False),
+    Setting.of_field(PrepSettings, "n_test_shards", passed_on=False),
+    Setting.of_field(PrepSettings, "fraction_test_set", passed_on=False),
     Setting(
         "masking",
         "static",
@@ -90,7 +90,7 @@ SETTINGS = (
         f"copies of the data with different masks (default {RECIPE['dupe_factor']}; 1 with --masking dynamic)",
     ),
     _named("phases", "1 2", "custom", 'TFRecord phases to build: "1 2", "1" or "2"', _phases),
-    Setting.of_field(PrepSettings, "n_processes", default=""),
+    Setting.of_field(PrepSettings, "n_processes", default="", passed_on=False),
     _named("mirror", "", "text", "download from a mirror with the same paths (a URL)"),
     _named("wiki_dump", "latest", "custom", "Wikipedia dump: latest or YYYYMMDD", _wiki_dump),
     _named("glue_tasks", "all", "text", "comma-separated GLUE tasks, or all"),

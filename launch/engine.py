@@ -38,7 +38,9 @@ class Setting:
 
     kind: a common/kinds.py kind, or "model" (a configs/bert_<name>.json), "choice" (one of
     `choices`), "text" (any non-empty value), "custom" (`parse` gives the canonical value or
-    raises ValueError(rule)). An empty default is computed by the launcher (shown as "-")."""
+    raises ValueError(rule)). An empty default is computed by the launcher (shown as "-").
+    flag: the entry point's flag the value is passed on as, unchanged (a launcher only renames:
+    `Launch.command` adds --FLAG=value itself); None when the plan computes flags from it."""
 
     name: str
     default: str
@@ -47,19 +49,35 @@ class Setting:
     choices: tuple = ()
     parse: Callable[[str], str] | None = None
     positional: bool = True
+    flag: str | None = None
 
     @classmethod
-    def of_field(cls, settings_class, name: str, default: str | None = None, positional: bool = False):
-        """The setting a launcher passes on as the entry point's flag of the same name: its kind
-        and help as declared once on `settings_class`'s field (common.cli.setting); `default`
-        (text) the launcher's own, else the field's (what None means, where it says)."""
+    def of_field(
+        cls,
+        settings_class,
+        name: str,
+        default: str | None = None,
+        positional: bool = False,
+        passed_on: bool = True,
+    ):
+        """The setting a launcher passes on as the entry point's flag of the same name (unless
+        not `passed_on`): its kind and help as declared once on `settings_class`'s field
+        (common.cli.setting); `default` (text) the launcher's own, else the field's (what None
+        means, where it says)."""
         field = next(f for f in dataclasses.fields(settings_class) if f.name == name)
         if default is None:
             value = field.metadata.get("none_means")
             value = field.default if value is None else value
             default = str(value).lower() if isinstance(value, bool) else str(value)
         text = field.metadata["help"].rstrip(".")  # as the launchers' tables write help
-        return cls(name, default, field.metadata["kind"], text[:1].lower() + text[1:], positional=positional)
+        return cls(
+            name,
+            default,
+            field.metadata["kind"],
+            text[:1].lower() + text[1:],
+            positional=positional,
+            flag=name if passed_on else None,
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -359,9 +377,24 @@ class Launch:
         self.paths[name] = (value, source)
         return value
 
+    def passed_on(self) -> list:
+        """(flag, value, setting) of each setting passed on by its `flag`, in the table's order;
+        one left empty (an optional setting not given) is left out."""
+        return [
+            (s.flag, self.text[s.name], s.name)
+            for s in self.launcher.settings
+            if s.flag and self.text[s.name]
+        ]
+
     def command(self, flags) -> list:
-        """The workers' prefix + the entry point + --flag=value for each (flag, value, origin) +
-        the flags after --. `origin` names the setting or path behind the flag ("": always set)."""
+        """The workers' prefix + the entry point + --flag=value for each (flag, value, origin) the
+        plan computed, then for each setting passed on (`passed_on`), + the flags after --.
+        `origin` names the setting or path behind the flag ("": always set)."""
+        flags = [*flags, *self.passed_on()]
+        names = [flag for flag, _, _ in flags]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"{self.launcher.name} sets --{', --'.join(twice)} twice")
         for flag, _, origin in flags:
             self.flag_origin.setdefault(flag, origin)
         entry = os.path.join(self.repo_root, self.launcher.entry)
@@ -413,6 +446,12 @@ def _passed_on(launcher: Launcher) -> str:
     return f" [-- {launcher.entry} FLAGS ...]" if launcher.entry else ""
 
 
+def _help(setting: Setting) -> str:
+    """A setting's help row, naming the entry point's flag where the launcher renames it."""
+    renamed = setting.flag and setting.flag != setting.name
+    return f"{setting.help} (--{setting.flag})" if renamed else setting.help
+
+
 def usage(launcher: Launcher, script: str, models, presets) -> str:
     width = max(len(s.name) for s in launcher.settings) + 2
     positional = "[POSITIONAL ...] " if launcher.positional else ""
@@ -428,10 +467,10 @@ def usage(launcher: Launcher, script: str, models, presets) -> str:
             "Positional arguments, NVIDIA's order (each optional; --NAME=VALUE overrides any of them):"
         )
         for index, s in enumerate(launcher.positional, 1):
-            lines.append(f"  {index:2d} {s.name:{width}s} {s.default or '-':8s} {s.help}")
+            lines.append(f"  {index:2d} {s.name:{width}s} {s.default or '-':8s} {_help(s)}")
         lines.append("")
     lines.append("Named only:")
-    lines += [f"     {'--' + s.name:{width}s} {s.default or '-':8s} {s.help}" for s in launcher.named_only]
+    lines += [f"     {'--' + s.name:{width}s} {s.default or '-':8s} {_help(s)}" for s in launcher.named_only]
     lines += [
         f"     {'--preset':{width}s} {'':8s} a file, or one of: {', '.join(presets) or '(none yet)'}",
         f"     {'--dry_run':{width}s} {'':8s} print the settings and the commands, run nothing",

@@ -24,8 +24,28 @@ NUM_GPU = Setting("num_gpu", "8", "count", "workers, one process per GPU")
 DOC_STRIDE_UNUSED = Setting(
     "doc_stride", "64", "count", "accepted for NVIDIA's order; unused by classification"
 )
-EPOCHS = Setting("epochs", "2.0", "epochs", "passes over the training set")
-INIT_CHECKPOINT = Setting("init_checkpoint", "", "text", "starting weights (default: BERT_DIR)")
+INIT_CHECKPOINT = Setting(
+    "init_checkpoint", "", "text", "starting weights (default: BERT_DIR)", flag="init_checkpoint"
+)
+
+
+def epochs(default: str) -> Setting:
+    return Setting("epochs", default, "epochs", "passes over the training set", flag="num_train_epochs")
+
+
+def learning_rate(default: str) -> Setting:
+    return Setting(
+        "learning_rate", default, "rate", "peak learning rate per GPU (x num_gpu)", flag="learning_rate"
+    )
+
+
+def predict_batch_size(default: str) -> Setting:
+    return Setting("batch_size", default, "count", "examples per prediction batch", flag="predict_batch_size")
+
+
+def fine_tuned_model(help_text: str) -> Setting:
+    """An inference launcher's first setting: the model it predicts with."""
+    return Setting("init_checkpoint", "", "text", f"fine-tuned model ({help_text})", flag="init_checkpoint")
 
 
 def bin_size(default: str | None = None) -> Setting:
@@ -37,9 +57,8 @@ def bin_size(default: str | None = None) -> Setting:
 GROUP_BY_LENGTH = Setting.of_field(FineTuningSettings, "group_by_length")
 
 
-def by_length_flags(launch, training: bool) -> list:
-    """The entry point's --bin_size (and, when training, --group_by_length) as the launcher sets
-    them; bin_size is refused here when it exceeds seq_length."""
+def check_bin_size(launch) -> None:
+    """bin_size (passed on as the entry point's --bin_size) must not exceed seq_length."""
     from launch.workers import UsageError
     from training.length_bins import bin_size_fits
 
@@ -48,10 +67,6 @@ def by_length_flags(launch, training: bool) -> list:
             f"bin_size={launch.text['bin_size']} ({launch.source['bin_size']}) must not exceed "
             f"seq_length={launch.text['seq_length']} ({launch.source['seq_length']})."
         )
-    flags = [("bin_size", launch.text["bin_size"], "bin_size")]
-    if training:
-        flags.append(("group_by_length", launch.text["group_by_length"], "group_by_length"))
-    return flags
 
 
 def bert_model(help_text="picks BERT_DIR: Google's base/large, else <results_dir>/phase_2") -> Setting:
@@ -85,7 +100,7 @@ def glue_task_name(text: str) -> str:
 
 
 def task_setting(help_text: str) -> Setting:
-    return Setting("task_name", "MRPC", "custom", help_text, parse=glue_task_name)
+    return Setting("task_name", "MRPC", "custom", help_text, parse=glue_task_name, flag="task_name")
 
 
 def check_doc_stride(launch) -> None:

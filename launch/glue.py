@@ -38,6 +38,7 @@ def _hint(task) -> str:
 
 
 def plan_training(launch):
+    ft.check_bin_size(launch)
     t = launch.text
     root, results = ft.common_paths(launch)
     task, task_dir = _task(launch, root)
@@ -47,7 +48,7 @@ def plan_training(launch):
             f"model: bash scripts/run_glue_inference.sh {task.name} <fine-tuned MNLI directory>)."
         )
     ft.resolve_bert_dir(launch, root, results)
-    init = ft.resolve_model(launch, launch.paths["bert_dir"][0], "BERT_DIR")
+    ft.resolve_model(launch, launch.paths["bert_dir"][0], "BERT_DIR")
     out = launch.path(
         "output_dir",
         os.path.join(results, f"glue_{task.name}_{t['bert_model']}"),
@@ -56,24 +57,14 @@ def plan_training(launch):
     files = split_files(task_dir, task)
     predict = all(os.path.isfile(f) for s, f in files.items() if s.startswith("test"))
     flags = [
-        ("task_name", task.name, "task_name"),
         ("data_dir", task_dir, "glue_dir"),
         ("bert_config_file", launch.paths["bert_config"][0], "bert_config"),
         ("vocab_file", launch.paths["vocab_file"][0], "vocab_file"),
-        ("init_checkpoint", init, "init_checkpoint"),
         ("output_dir", out, "output_dir"),
-        ("train_batch_size", t["batch_size"], "batch_size"),
-        ("learning_rate", t["learning_rate"], "learning_rate"),
-        ("num_train_epochs", t["epochs"], "epochs"),
-        ("warmup_proportion", t["warmup_proportion"], "warmup_proportion"),
-        ("max_seq_length", t["seq_length"], "seq_length"),
-        ("precision", t["precision"], "precision"),
-        ("use_xla", t["use_xla"], "use_xla"),
         ("use_horovod", "true" if launch.workers.count > 1 else "false", "num_gpu"),
         ("do_train", "true", ""),
         ("do_eval", "true", ""),
         ("do_predict", "true" if predict else "false", ""),
-        *ft.by_length_flags(launch, training=True),
     ]
     command = launch.command(flags)
     notes = ft.worker_notes(launch) + [f"task {task.name} in {task_dir}:"]
@@ -96,6 +87,7 @@ def plan_training(launch):
 
 
 def plan_inference(launch):
+    ft.check_bin_size(launch)
     t = launch.text
     root, results = ft.common_paths(launch)
     task, task_dir = _task(launch, root)
@@ -113,21 +105,14 @@ def plan_inference(launch):
     evaluate = any(s.startswith("dev") for s in present)
     predict = any(not s.startswith("dev") for s in present)
     flags = [
-        ("task_name", task.name, "task_name"),
         ("data_dir", task_dir, "glue_dir"),
-        ("init_checkpoint", init, "init_checkpoint"),
         ("bert_config_file", launch.paths["bert_config"][0], "bert_config"),
         ("vocab_file", launch.paths["vocab_file"][0], "vocab_file"),
         ("output_dir", out, "output_dir"),
-        ("predict_batch_size", t["batch_size"], "batch_size"),
-        ("max_seq_length", t["seq_length"], "seq_length"),
-        ("precision", t["precision"], "precision"),
-        ("use_xla", t["use_xla"], "use_xla"),
         ("use_horovod", "false", ""),
         ("do_train", "false", ""),
         ("do_eval", "true" if evaluate else "false", ""),
         ("do_predict", "true" if predict else "false", ""),
-        *ft.by_length_flags(launch, training=False),
     ]
     if export_dir:
         flags.append(("export_dir", export_dir, "export_dir"))
@@ -161,16 +146,22 @@ TRAINING = Launcher(
     ),
     (
         ft.task_setting("CoLA SST-2 MRPC STS-B QQP MNLI QNLI RTE WNLI (any case)"),
-        Setting("batch_size", "16", "count", "training examples per GPU per step (--train_batch_size)"),
-        Setting("learning_rate", "3e-6", "rate", "peak learning rate per GPU (x num_gpu)"),
+        Setting("batch_size", "16", "count", "training examples per GPU per step", flag="train_batch_size"),
+        ft.learning_rate("3e-6"),
         ft.PRECISION,
         ft.USE_XLA,
         ft.NUM_GPU,
-        Setting("seq_length", "128", "count", "tokens per example (--max_seq_length)"),
+        Setting("seq_length", "128", "count", "tokens per example", flag="max_seq_length"),
         ft.DOC_STRIDE_UNUSED,
         ft.bert_model(),
-        Setting("epochs", "3.0", "epochs", "passes over the training set"),
-        Setting("warmup_proportion", "0.1", "proportion", "share of the updates in linear warmup"),
+        ft.epochs("3.0"),
+        Setting(
+            "warmup_proportion",
+            "0.1",
+            "proportion",
+            "share of the updates in linear warmup",
+            flag="warmup_proportion",
+        ),
         ft.INIT_CHECKPOINT,
         ft.bin_size("32"),
         ft.GROUP_BY_LENGTH,
@@ -196,13 +187,11 @@ INFERENCE = Launcher(
     ),
     (
         ft.task_setting("CoLA SST-2 MRPC STS-B QQP MNLI QNLI RTE WNLI AX (any case)"),
-        Setting(
-            "init_checkpoint", "", "text", "fine-tuned model (default <results_dir>/glue_<task>_<model>)"
-        ),
-        Setting("batch_size", "32", "count", "examples per prediction batch (--predict_batch_size)"),
+        ft.fine_tuned_model("default <results_dir>/glue_<task>_<model>"),
+        ft.predict_batch_size("32"),
         ft.PRECISION,
         ft.USE_XLA,
-        Setting("seq_length", "128", "count", "tokens per example (--max_seq_length), as in training"),
+        Setting("seq_length", "128", "count", "tokens per example, as in training", flag="max_seq_length"),
         ft.DOC_STRIDE_UNUSED,
         ft.bert_model("picks BERT_DIR (config and vocab when none is beside the model)"),
         ft.bin_size("32"),

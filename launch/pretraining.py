@@ -32,7 +32,7 @@ GOOGLE_VOCAB = os.path.join("google_pretrained_weights", "uncased_L-12_H-768_A-1
 SETTINGS = (
     Setting("train_batch_size_phase1", "64", "count", "per-worker micro-batch, phase 1 (seq 128)"),
     Setting("train_batch_size_phase2", "8", "count", "per-worker micro-batch, phase 2 (seq 512)"),
-    Setting("eval_batch_size", "8", "count", "per-worker evaluation batch"),
+    Setting("eval_batch_size", "8", "count", "per-worker evaluation batch", flag="eval_batch_size"),
     Setting("learning_rate_phase1", "7.5e-4", "rate", "peak learning rate per worker, phase 1"),
     Setting("learning_rate_phase2", "5e-4", "rate", "peak learning rate per worker, phase 2"),
     Setting.of_field(JobSettings, "precision", "fp16", positional=True),
@@ -41,7 +41,9 @@ SETTINGS = (
     Setting("warmup_steps_phase1", "2000", "steps", "linear warmup updates, phase 1"),
     Setting("warmup_steps_phase2", "200", "steps", "linear warmup updates, phase 2"),
     Setting("train_steps", "7820", "count", "phase-1 updates are 90% of it; phase 2 the rest, rescaled"),
-    Setting("save_checkpoint_steps", "100", "count", "updates between checkpoints"),
+    Setting(
+        "save_checkpoint_steps", "100", "count", "updates between checkpoints", flag="save_checkpoints_steps"
+    ),
     Setting("num_accumulation_steps_phase1", "128", "count", "micro-batches per update, phase 1"),
     Setting("num_accumulation_steps_phase2", "512", "count", "micro-batches per update, phase 2"),
     Setting("bert_model", "large", "model", "configs/bert_<bert_model>.json (base, large, ...)"),
@@ -298,7 +300,7 @@ def _resolve_paths(launch) -> dict:
     }
 
 
-def _phase_flags(phase: Phase, v: dict, text: dict, paths: dict, init: str, workers: int) -> list:
+def _phase_flags(phase: Phase, v: dict, paths: dict, init: str, workers: int) -> list:
     data = paths[f"phase{phase.number}_data"]
     flags = [
         ("bert_config_file", paths["bert_config"]),
@@ -312,21 +314,14 @@ def _phase_flags(phase: Phase, v: dict, text: dict, paths: dict, init: str, work
         ("max_seq_length", phase.max_seq_length),
         ("max_predictions_per_seq", phase.max_predictions_per_seq),
         ("train_batch_size", phase.batch),
-        ("eval_batch_size", text["eval_batch_size"]),
         ("learning_rate", phase.learning_rate),
         ("num_train_steps", phase.steps),
         ("num_warmup_steps", phase.warmup),
         ("num_accumulation_steps", phase.accumulation),
-        ("save_checkpoints_steps", text["save_checkpoint_steps"]),
         ("optimizer_type", "lamb"),
-        ("precision", text["precision"]),
-        ("use_xla", text["use_xla"]),
         ("use_horovod", "true" if workers > 1 else "false"),
         ("do_train", "true"),
-        ("bin_size", text["bin_size"]),
     ]
-    if text["save_checkpoints_minutes"]:
-        flags.append(("save_checkpoints_minutes", text["save_checkpoints_minutes"]))
     if v["do_eval"]:
         flags += [("do_eval", "true"), ("eval_files", os.path.join(data, "test", "*"))]
     return flags
@@ -339,14 +334,8 @@ ORIGIN = {
     "eval_files": "phase1_data",
     "output_dir": "results_dir",
     "init_checkpoint": "init_checkpoint",
-    "eval_batch_size": "eval_batch_size",
-    "save_checkpoints_steps": "save_checkpoint_steps",
-    "precision": "precision",
-    "use_xla": "use_xla",
     "use_horovod": "num_gpus",
     "do_eval": "do_eval",
-    "bin_size": "bin_size",
-    "save_checkpoints_minutes": "save_checkpoints_minutes",
 }
 
 
@@ -365,10 +354,7 @@ def plan(launch, which: str) -> Plan:
     }
     commands = {
         n: launch.command(
-            [
-                (f, x, ORIGIN.get(f, ""))
-                for f, x in _phase_flags(phases[n], v, text, paths, init[n], workers.count)
-            ]
+            [(f, x, ORIGIN.get(f, "")) for f, x in _phase_flags(phases[n], v, paths, init[n], workers.count)]
         )
         for n in run_phases
     }

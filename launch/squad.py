@@ -9,7 +9,10 @@ from launch import finetuning as ft
 from launch.engine import Launcher, Setting
 from training import tasks
 
-BATCH = "training examples per GPU per step (--train_batch_size)"
+BATCH = "training examples per GPU per step"
+DOC_STRIDE = Setting(
+    "doc_stride", "128", "count", "tokens between the starts of a context's windows", flag="doc_stride"
+)
 SQUAD_VERSION = Setting("squad_version", "1.1", "choice", "1.1 | 2.0", choices=("1.1", "2.0"))
 PREDICT_FILE = ft.PathOption(
     "predict_file", None, "default <squad_dir>/v<squad_version>/dev-v<squad_version>.json"
@@ -35,6 +38,7 @@ def _squad_hint(what: str) -> str:
 
 def plan_training(launch):
     ft.check_doc_stride(launch)
+    ft.check_bin_size(launch)
     t, version = launch.text, launch.text["squad_version"]
     root, results = ft.common_paths(launch)
     files = _squad_files(launch, root, (("train", "train"), ("predict", "dev")))
@@ -48,23 +52,14 @@ def plan_training(launch):
     flags = [
         ("bert_config_file", launch.paths["bert_config"][0], "bert_config"),
         ("vocab_file", launch.paths["vocab_file"][0], "vocab_file"),
-        ("init_checkpoint", t["init_checkpoint"], "init_checkpoint"),
         ("train_file", files["train"], "train_file"),
         ("predict_file", files["predict"], "predict_file"),
         ("output_dir", out, "output_dir"),
         ("version_2_with_negative", "true" if version == "2.0" else "false", "squad_version"),
-        ("train_batch_size", t["batch_size"], "batch_size"),
-        ("learning_rate", t["learning_rate"], "learning_rate"),
-        ("num_train_epochs", t["epochs"], "epochs"),
-        ("max_seq_length", t["seq_length"], "seq_length"),
-        ("doc_stride", t["doc_stride"], "doc_stride"),
-        ("precision", t["precision"], "precision"),
-        ("use_xla", t["use_xla"], "use_xla"),
         ("use_horovod", "true" if launch.workers.count > 1 else "false", "num_gpu"),
         ("do_train", "true", ""),
         ("do_predict", "true", ""),
         ("do_eval", "true", ""),
-        *ft.by_length_flags(launch, training=True),
     ]
     command = launch.command(flags)
 
@@ -80,6 +75,7 @@ def plan_training(launch):
 
 def plan_inference(launch):
     ft.check_doc_stride(launch)
+    ft.check_bin_size(launch)
     t, version = launch.text, launch.text["squad_version"]
     root, results = ft.common_paths(launch)
     files = _squad_files(launch, root, (("predict", "dev"),))
@@ -93,22 +89,15 @@ def plan_inference(launch):
         "results_dir, squad_version, init_checkpoint",
     )
     flags = [
-        ("init_checkpoint", init, "init_checkpoint"),
         ("bert_config_file", launch.paths["bert_config"][0], "bert_config"),
         ("vocab_file", launch.paths["vocab_file"][0], "vocab_file"),
         ("predict_file", files["predict"], "predict_file"),
         ("output_dir", out, "output_dir"),
         ("version_2_with_negative", "true" if version == "2.0" else "false", "squad_version"),
-        ("predict_batch_size", t["batch_size"], "batch_size"),
-        ("max_seq_length", t["seq_length"], "seq_length"),
-        ("doc_stride", t["doc_stride"], "doc_stride"),
-        ("precision", t["precision"], "precision"),
-        ("use_xla", t["use_xla"], "use_xla"),
         ("use_horovod", "false", ""),
         ("do_train", "false", ""),
         ("do_predict", "true", ""),
         ("do_eval", "true", ""),
-        *ft.by_length_flags(launch, training=False),
     ]
     if export_dir:
         flags.append(("export_dir", export_dir, "export_dir"))
@@ -130,17 +119,17 @@ TRAINING = Launcher(
         "squad_version 2.0 reads train-v2.0.json / dev-v2.0.json and adds --version_2_with_negative.",
     ),
     (
-        Setting("batch_size", "24", "count", BATCH),
-        Setting("learning_rate", "5e-6", "rate", "peak learning rate per GPU (x num_gpu)"),
+        Setting("batch_size", "24", "count", BATCH, flag="train_batch_size"),
+        ft.learning_rate("5e-6"),
         ft.PRECISION,
         ft.USE_XLA,
         ft.NUM_GPU,
-        Setting("seq_length", "384", "count", "tokens per window (--max_seq_length)"),
-        Setting("doc_stride", "128", "count", "tokens between the starts of a context's windows"),
+        Setting("seq_length", "384", "count", "tokens per window", flag="max_seq_length"),
+        DOC_STRIDE,
         ft.bert_model(),
         SQUAD_VERSION,
         ft.INIT_CHECKPOINT,
-        ft.EPOCHS,
+        ft.epochs("2.0"),
         ft.bin_size(),
         ft.GROUP_BY_LENGTH,
     ),
@@ -167,14 +156,12 @@ INFERENCE = Launcher(
         "squad_version 2.0 reads dev-v2.0.json and adds --version_2_with_negative.",
     ),
     (
-        Setting(
-            "init_checkpoint", "", "text", "fine-tuned model (default <results_dir>/squad_v<ver>_<model>)"
-        ),
-        Setting("batch_size", "8", "count", "examples per prediction batch (--predict_batch_size)"),
+        ft.fine_tuned_model("default <results_dir>/squad_v<ver>_<model>"),
+        ft.predict_batch_size("8"),
         ft.PRECISION,
         ft.USE_XLA,
-        Setting("seq_length", "384", "count", "tokens per window (--max_seq_length), as in training"),
-        Setting("doc_stride", "128", "count", "tokens between the starts of a context's windows"),
+        Setting("seq_length", "384", "count", "tokens per window, as in training", flag="max_seq_length"),
+        DOC_STRIDE,
         ft.bert_model("picks BERT_DIR (config and vocab when none is beside the model)"),
         SQUAD_VERSION,
         ft.bin_size(),

@@ -33,7 +33,7 @@ def plan(launch):
     launch.default("seq_length", "384" if squad_version else "128", "SQuAD's" if squad_version else "GLUE's")
     root, results = ft.common_paths(launch)
     ft.resolve_bert_dir(launch, root, results)
-    init = ft.resolve_model(launch, launch.paths["bert_dir"][0], "BERT_DIR")
+    ft.resolve_model(launch, launch.paths["bert_dir"][0], "BERT_DIR")
     out = launch.path(
         "output_dir",
         os.path.join(results, f"tune_{task}_{t['bert_model']}"),
@@ -62,13 +62,7 @@ def plan(launch):
     flags += [
         ("bert_config_file", launch.paths["bert_config"][0], "bert_config"),
         ("vocab_file", launch.paths["vocab_file"][0], "vocab_file"),
-        ("init_checkpoint", init, "init_checkpoint"),
         ("output_dir", out, "output_dir"),
-        ("n_trials", t["n_trials"], "n_trials"),
-        ("num_gpus", t["num_gpu"], "num_gpu"),
-        ("precision", t["precision"], "precision"),
-        ("use_xla", t["use_xla"], "use_xla"),
-        ("max_seq_length", t["seq_length"], "seq_length"),
     ]
     if launch.environ.get("LAUNCHER_ARGS"):
         flags.append(("launcher_args", launch.environ["LAUNCHER_ARGS"], "num_gpu"))
@@ -98,11 +92,13 @@ LAUNCHER = Launcher(
             "task_name", "MRPC", "custom", "SQuAD, SQuAD2 or a GLUE task (any case)", parse=tune_task_name
         ),
         Setting.of_field(search.TuneSettings, "n_trials", positional=True),
-        Setting("num_gpu", "1", "count", "GPUs per trial (horovodrun -np num_gpu)"),
+        Setting("num_gpu", "1", "count", "GPUs per trial (horovodrun -np)", flag="num_gpus"),
         ft.bert_model(),
         ft.PRECISION,
         ft.USE_XLA,
-        Setting("seq_length", "", "count", "tokens per example (default 128; SQuAD 384)"),
+        Setting(
+            "seq_length", "", "count", "tokens per example (default 128; SQuAD 384)", flag="max_seq_length"
+        ),
         ft.INIT_CHECKPOINT,
     ),
     (

@@ -33,15 +33,16 @@ def _letters(text: str) -> str:
 
 
 SETTINGS = (
-    Setting("batch_size", "8", "count", "examples per step"),
-    Setting("learning_rate", "5e-4", "rate", "peak learning rate"),
-    Setting("precision", "fp16", "precision", "fp16 | fp32 | tf32 | bf16"),
+    Setting("batch_size", "8", "count", "examples per step", flag="train_batch_size"),
+    Setting("learning_rate", "5e-4", "rate", "peak learning rate", flag="learning_rate"),
+    Setting("precision", "fp16", "precision", "fp16 | fp32 | tf32 | bf16", flag="precision"),
     Setting("num_gpus", "1", "count", "workers"),
     Setting("bert_model", "base", "model", "configs/bert_<name>.json"),
-    Setting("task", "mrpc", "choice", "mrpc | sst2", choices=("mrpc", "sst2")),
-    Setting("init_checkpoint", "", "text", "starting weights"),
-    Setting("do_eval", "true", "bool", "evaluate at the end", positional=False),
-    Setting("tag", "run", "custom", "a name in letters", parse=_letters, positional=False),
+    Setting("task", "mrpc", "choice", "mrpc | sst2", choices=("mrpc", "sst2"), flag="task_name"),
+    Setting("init_checkpoint", "", "text", "starting weights", flag="init_checkpoint"),
+    Setting("do_eval", "true", "bool", "evaluate at the end", positional=False, flag="do_eval"),
+    Setting("tag", "run", "custom", "a name in letters", parse=_letters, positional=False, flag="tag"),
+    Setting("note", "", "text", "passed on only when given", positional=False, flag="run_note"),
 )
 POSITIONAL = [s.name for s in SETTINGS if s.positional]
 PATHS = (
@@ -58,21 +59,8 @@ def toy_launcher(workers="num_gpus", labelled=False):
         t = launch.text
         data = launch.path("data_dir", "/toy/data", "the toy's root")
         results = launch.path("results_dir", os.path.join(launch.repo_root, "results"), "<repo>/results")
-        init = launch.default(
-            "init_checkpoint", os.path.join(results, t["bert_model"]), "results_dir, bert_model"
-        )
-        flags = [
-            ("train_batch_size", t["batch_size"], "batch_size"),
-            ("learning_rate", t["learning_rate"], "learning_rate"),
-            ("precision", t["precision"], "precision"),
-            ("data_dir", data, "data_dir"),
-            ("init_checkpoint", init, "init_checkpoint"),
-            ("task_name", t["task"], "task"),
-            ("do_train", "true", ""),
-            ("do_eval", t["do_eval"], "do_eval"),
-            ("tag", t["tag"], "tag"),
-        ]
-        command = launch.command(flags)
+        launch.default("init_checkpoint", os.path.join(results, t["bert_model"]), "results_dir, bert_model")
+        command = launch.command([("data_dir", data, "data_dir"), ("do_train", "true", "")])
 
         def prepare(say):
             say("checking inputs")
@@ -138,7 +126,7 @@ def flags_of(argv) -> dict:
 def test_the_table_splits_positional_from_named_only_settings():
     launcher, _ = toy_launcher()
     assert [s.name for s in launcher.positional] == POSITIONAL
-    assert [s.name for s in launcher.named_only] == ["do_eval", "tag"]
+    assert [s.name for s in launcher.named_only] == ["do_eval", "tag", "note"]
     assert len(POSITIONAL) == 7
 
 
@@ -179,7 +167,7 @@ def test_arguments_split_into_positional_named_paths_preset_and_the_entry_points
 
 KNOWN = (
     "--preset, --dry_run, --batch_size, --learning_rate, --precision, --num_gpus, --bert_model, "
-    "--task, --init_checkpoint, --do_eval, --tag, --data_dir, --results_dir"
+    "--task, --init_checkpoint, --do_eval, --tag, --note, --data_dir, --results_dir"
 )
 
 
@@ -299,6 +287,7 @@ def test_precedence_is_defaults_then_preset_then_positional_then_named(repo):
         "init_checkpoint": ("", "default"),  # computed by the launcher
         "do_eval": ("true", "default"),
         "tag": ("RUN", "default"),  # a custom setting's canonical text
+        "note": ("", "default"),
     }
     assert resolved.value == {
         "batch_size": 16,
@@ -310,6 +299,7 @@ def test_precedence_is_defaults_then_preset_then_positional_then_named(repo):
         "init_checkpoint": None,
         "do_eval": True,
         "tag": "RUN",
+        "note": None,
     }
 
 
@@ -518,12 +508,12 @@ def test_usage_lists_every_setting_path_preset_and_the_precedence(repo):
     assert lines[3:5] == ["Trains the toy.", "Second line."]
     rows = re.findall(r"^ +(\d+) (\w+) +(\S+) +(.*)$", out, re.M)
     assert rows == [
-        ("1", "batch_size", "8", "examples per step"),
+        ("1", "batch_size", "8", "examples per step (--train_batch_size)"),  # renamed: the flag is named
         ("2", "learning_rate", "5e-4", "peak learning rate"),
         ("3", "precision", "fp16", "fp16 | fp32 | tf32 | bf16"),
         ("4", "num_gpus", "1", "workers"),
         ("5", "bert_model", "base", "configs/bert_<name>.json"),
-        ("6", "task", "mrpc", "mrpc | sst2"),
+        ("6", "task", "mrpc", "mrpc | sst2 (--task_name)"),
         ("7", "init_checkpoint", "-", "starting weights"),  # computed: shown as -
     ]
     named = dict(re.findall(r"^     (--\w+) +(.*)$", out, re.M))
@@ -560,28 +550,41 @@ def test_a_dry_run_prints_the_resolved_settings_paths_notes_and_command_and_runs
     assert lines[0] == "== toy.sh: resolved settings (defaults < preset < positional < named) =="
     assert lines[1] == "  batch_size      = 16         (argument 1)"
     assert list(settings_of(out)) == [s.name for s in SETTINGS]  # in the table's order
-    assert lines[10:13] == [
+    assert lines[11:14] == [
         "paths (named option > environment variable > default):",
         f"  {'data_dir':18s} = /my data (--data_dir)",
         f"  {'results_dir':18s} = /r (--results_dir)",
     ]
-    assert lines[13:15] == ["workers: 1 (one process)", "a note"]
-    assert lines[15] == "command:"
-    assert shlex.split(lines[16]) == [
+    assert lines[14:16] == ["workers: 1 (one process)", "a note"]
+    assert lines[16] == "command:"
+    assert shlex.split(lines[17]) == [
         PYTHON,
         os.path.join(repo, ENTRY),
+        "--data_dir=/my data",  # the flags the plan computes, then those passed on by their flag
+        "--do_train=true",
         "--train_batch_size=16",
         "--learning_rate=5e-4",
         "--precision=fp16",
-        "--data_dir=/my data",
-        "--init_checkpoint=/r/base",
         "--task_name=mrpc",
-        "--do_train=true",
+        "--init_checkpoint=/r/base",
         "--do_eval=true",
-        "--tag=RUN",
+        "--tag=RUN",  # the canonical value; --note, left empty, is not passed on
         "--log_every=5",
     ]
-    assert lines[17:] == ["dry run: nothing checked or started."]
+    assert lines[18:] == ["dry run: nothing checked or started."]
+
+
+def test_a_setting_given_is_passed_on_by_its_flag_and_a_flag_set_twice_is_a_bug(repo):
+    _, out, _, _ = run(repo, "--dry_run", "--note=hello", "--task=sst2")
+    command = flags_of(shlex.split(out.splitlines()[out.splitlines().index("command:") + 1]))
+    assert (command["run_note"], command["task_name"]) == ("hello", "sst2")
+
+    def plan(launch):
+        return Plan([(None, launch.command([("precision", "fp32", "")]))], [], lambda say: [])
+
+    twice = Launcher("toy", ENTRY, (), SETTINGS, PATHS, plan)
+    with pytest.raises(ValueError, match="toy sets --precision twice"):
+        run(repo, "--dry_run", launcher=(twice, []))
 
 
 def test_several_commands_are_listed_under_their_labels(repo):
