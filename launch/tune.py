@@ -92,7 +92,7 @@ LAUNCHER = Launcher(
             "task_name", "MRPC", "custom", "SQuAD, SQuAD2 or a GLUE task (any case)", parse=tune_task_name
         ),
         Setting.of_field(search.TuneSettings, "n_trials", positional=True),
-        Setting("num_gpu", "1", "count", "GPUs per trial (horovodrun -np)", flag="num_gpus"),
+        Setting("num_gpu", "1", "count", "GPUs per trial, horovodrun -np", flag="num_gpus"),
         ft.bert_model(),
         ft.PRECISION,
         ft.USE_XLA,
