@@ -38,8 +38,27 @@ class Host:
     name: str  # its host name (uname and /etc/hosts inside both namespaces)
     address: str
 
-    def command(self, argv) -> list:
-        """argv run on this host: in its network namespace and a UTS namespace named after it."""
+    def command(self, argv, own_sysfs: bool = True) -> list:
+        """argv run on this host: in its network namespace and a UTS namespace named after it.
+        `ip netns exec` also mounts the namespace's own /sys, which hides the machine's cgroup
+        file systems; with own_sysfs=False, the machine's /sys stays (slurmd needs its cgroups)
+        and the host's /etc/hosts is bound as `ip netns exec` binds it."""
+        if not own_sysfs:
+            hosts = os.path.join("/etc/netns", self.namespace, "hosts")
+            rename = f'mount --bind {hosts} /etc/hosts && echo "$0" > /proc/sys/kernel/hostname && exec "$@"'
+            return [
+                "nsenter",
+                f"--net=/run/netns/{self.namespace}",
+                "unshare",
+                "--uts",
+                "--mount",
+                "--",
+                "sh",
+                "-c",
+                rename,
+                self.name,
+                *argv,
+            ]
         rename = 'echo "$0" > /proc/sys/kernel/hostname && exec "$@"'
         return [
             "ip",

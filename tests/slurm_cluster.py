@@ -1,10 +1,18 @@
-"""A real one-node SLURM cluster on this machine for the tests: munged, slurmctld and slurmd
-(Debian's slurm-wlm and munge, installed by scripts/install_test_slurm.sh), started as root with
-a key, sockets, state and a slurm.conf made for the run under a temporary directory, talking over
-the loopback interface. slurmctld and slurmd listen on the loopback address this machine's name
-resolves to (they bind to that name's address); where it resolves elsewhere, they talk on
-127.0.0.1 but listen on every address, accepting only requests signed with the run's munge key. The node declares CPUS task slots (config_overrides: more than this machine's
-cores, as a GPU node has one task per GPU). The `slurm_cluster` fixture gives one per session."""
+"""A real SLURM cluster on this machine for the tests: munged, slurmctld and slurmd (Debian's
+slurm-wlm and munge, installed by scripts/install_test_slurm.sh), started as root with a key,
+sockets, state and a slurm.conf made for the run under a temporary directory.
+
+One node (the `slurm_cluster` fixture, one per session): this machine, talking over the loopback
+interface. slurmctld and slurmd listen on the loopback address this machine's name resolves to
+(they bind to that name's address); where it resolves elsewhere, they talk on 127.0.0.1 but listen
+on every address, accepting only requests signed with the run's munge key.
+
+Two nodes: given tests/netns_hosts.py's two hosts, a slurmd runs on each (in its network and UTS
+namespace, named and addressed as the host), slurmctld on the first, and the client commands
+(sbatch, scontrol, ...) run there too; munged's socket is a file, which both namespaces reach.
+
+Each node declares CPUS task slots (config_overrides: more than this machine's cores, as a GPU
+node has one task per GPU)."""
 
 from __future__ import annotations
 
@@ -42,16 +50,23 @@ class SlurmCluster:
     """munged + slurmctld + slurmd under `root`; `env` is the environment in which sbatch, scontrol
     and the other client commands (and the jobs they submit) use this cluster."""
 
-    def __init__(self, root: str):
+    def __init__(self, root: str, hosts=None):
+        """`hosts`: netns_hosts.TwoHosts, started (a node on each), or None (this machine)."""
         self.root = root
         self.name = f"bert{os.getpid()}{secrets.token_hex(3)}"  # a fresh StateSaveLocation's name
-        self.node = socket.gethostname().split(".")[0]
-        try:
-            resolved = socket.gethostbyname(self.node)
-        except OSError:
-            resolved = ""
-        self.loopback_name = resolved.startswith("127.")
-        self.address = resolved if self.loopback_name else "127.0.0.1"
+        self.hosts = list(hosts.hosts) if hosts else []
+        if self.hosts:
+            self.nodes = [(h.name, h.address) for h in self.hosts]
+            self.loopback_name = False
+        else:
+            node = socket.gethostname().split(".")[0]
+            try:
+                resolved = socket.gethostbyname(node)
+            except OSError:
+                resolved = ""
+            self.loopback_name = resolved.startswith("127.")
+            self.nodes = [(node, resolved if self.loopback_name else "127.0.0.1")]
+        self.node, self.address = self.nodes[0]  # slurmctld's
         self.conf = os.path.join(root, "slurm.conf")
         self.munge_socket = os.path.join(root, "munge", "munge.socket")
         self.env = self.environment(os.environ)
@@ -69,16 +84,18 @@ class SlurmCluster:
     def _write_config(self) -> None:
         munge_dir = os.path.dirname(self.munge_socket)
         os.makedirs(munge_dir, mode=0o700)
-        for d in ("state", "spool"):
-            os.makedirs(os.path.join(self.root, d))
+        os.makedirs(os.path.join(self.root, "state"))
+        for node, _ in self.nodes:
+            os.makedirs(os.path.join(self.root, "spool", node))
         key = os.path.join(munge_dir, "munge.key")
         with open(os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400), "wb") as f:
             f.write(secrets.token_bytes(128))
         settings = {
             "ClusterName": self.name,
             "SlurmctldHost": f"{self.node}({self.address})",
-            "SlurmctldPort": _free_port(self.address),
-            "SlurmdPort": _free_port(self.address),
+            # A namespaced host's ports are all free: any number this machine has free will do.
+            "SlurmctldPort": _free_port("127.0.0.1" if self.hosts else self.address),
+            "SlurmdPort": _free_port("127.0.0.1" if self.hosts else self.address),
             "SlurmUser": "root",
             "SlurmdUser": "root",
             "AuthType": "auth/munge",
@@ -86,11 +103,11 @@ class SlurmCluster:
             # A requeued job waits cred_expire seconds before it may start again (120 by default).
             "AuthInfo": f"socket={self.munge_socket},cred_expire={CRED_EXPIRE_S}",
             "StateSaveLocation": os.path.join(self.root, "state"),
-            "SlurmdSpoolDir": os.path.join(self.root, "spool"),
+            "SlurmdSpoolDir": os.path.join(self.root, "spool", "%n"),  # %n: the node's name
             "SlurmctldPidFile": os.path.join(self.root, "slurmctld.pid"),
-            "SlurmdPidFile": os.path.join(self.root, "slurmd.pid"),
+            "SlurmdPidFile": os.path.join(self.root, "slurmd-%n.pid"),
             "SlurmctldLogFile": self.log("slurmctld"),
-            "SlurmdLogFile": self.log("slurmd"),
+            "SlurmdLogFile": self.log("slurmd-%n"),
             "SlurmctldDebug": "info",
             "SlurmdDebug": "info",
             "SelectType": "select/cons_tres",
@@ -110,17 +127,28 @@ class SlurmCluster:
         if self.loopback_name:
             settings["CommunicationParameters"] = "NoCtldInAddrAny,NoInAddrAny"
         lines = [f"{k}={v}" for k, v in settings.items()]
-        lines.append(f"NodeName={self.node} NodeAddr={self.address} CPUs={CPUS} State=UNKNOWN")
-        lines.append(f"PartitionName=test Nodes={self.node} Default=YES MaxTime=INFINITE State=UP")
+        lines += [
+            f"NodeName={node} NodeAddr={address} CPUs={CPUS} State=UNKNOWN" for node, address in self.nodes
+        ]
+        names = ",".join(node for node, _ in self.nodes)
+        lines.append(f"PartitionName=test Nodes={names} Default=YES MaxTime=INFINITE State=UP")
         with open(settings["PlugStackConfig"], "w") as f:
             f.write("")
         with open(self.conf, "w") as f:
             f.write("\n".join(lines) + "\n")
 
-    def _start(self, name: str, argv: list) -> None:
+    def _on(self, host, argv: list) -> list:
+        """argv as run on `host` (a netns_hosts.Host), or here when None."""
+        return host.command(argv, own_sysfs=False) if host else list(argv)
+
+    def _start(self, name: str, argv: list, host=None) -> None:
         with open(self.log(name + ".out"), "w") as out:
             self.daemons[name] = subprocess.Popen(
-                argv, env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+                self._on(host, argv),
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
 
     def _wait(self, what: str, ready, timeout_s: float, log: str) -> None:
@@ -136,8 +164,8 @@ class SlurmCluster:
             time.sleep(0.2)
 
     def start(self, timeout_s: float = 120) -> None:
-        """Starts the three daemons in the foreground (children of this process) and waits until
-        sinfo shows the node idle."""
+        """Starts the daemons in the foreground (children of this process) and waits until sinfo
+        shows every node idle."""
         self._write_config()
         munge_dir = os.path.dirname(self.munge_socket)
         self._start(
@@ -154,28 +182,41 @@ class SlurmCluster:
             ],
         )
         self._wait("munge socket", lambda: os.path.exists(self.munge_socket), timeout_s, self.log("munged"))
-        self._start("slurmctld", ["/usr/sbin/slurmctld", "-D", "-i", "-f", self.conf])
+        controller = self.hosts[0] if self.hosts else None
+        self._start("slurmctld", ["/usr/sbin/slurmctld", "-D", "-i", "-f", self.conf], controller)
         self._wait(
             "slurmctld answering",
             lambda: self.call("scontrol", "ping").returncode == 0,
             timeout_s,
             self.log("slurmctld"),
         )
-        self._start("slurmd", ["/usr/sbin/slurmd", "-D", "-f", self.conf, "-N", self.node])
-        self._wait("idle node in sinfo", lambda: self.node_state() == "idle", timeout_s, self.log("slurmd"))
+        for i, (node, _) in enumerate(self.nodes):
+            host = self.hosts[i] if self.hosts else None
+            self._start(f"slurmd-{node}", ["/usr/sbin/slurmd", "-D", "-f", self.conf, "-N", node], host)
+        self._wait(
+            "every node idle in sinfo",
+            lambda: set(self.node_states().values()) == {"idle"},
+            timeout_s,
+            self.log(f"slurmd-{self.node}"),
+        )
 
     def call(self, *argv, timeout_s: float = 60) -> subprocess.CompletedProcess:
-        """Runs a SLURM client command against this cluster."""
+        """Runs a SLURM client command against this cluster (on slurmctld's host)."""
+        argv = self._on(self.hosts[0] if self.hosts else None, argv)
         return subprocess.run(argv, env=self.env, capture_output=True, text=True, timeout=timeout_s)
 
-    def node_state(self) -> str:
-        result = self.call("sinfo", "-h", "-N", "-o", "%t", "-n", self.node)
-        return result.stdout.strip() if result.returncode == 0 else ""
+    def node_states(self) -> dict:
+        """{node: sinfo's short state}; {} while slurmctld does not answer."""
+        result = self.call("sinfo", "-h", "-N", "-o", "%N %t")
+        if result.returncode != 0:
+            return {}
+        states = dict(line.split() for line in result.stdout.splitlines() if line.strip())
+        return {node: states.get(node, "") for node, _ in self.nodes}
 
     def sbatch(self, *argv, env: dict, cwd: str = ROOT) -> str:
         """Submits a batch job from `cwd` with `env` (made this cluster's); its id."""
         result = subprocess.run(
-            ["sbatch", "--parsable", *argv],
+            self._on(self.hosts[0] if self.hosts else None, ["sbatch", "--parsable", *argv]),
             env=self.environment(env),
             cwd=cwd,
             capture_output=True,
@@ -224,7 +265,8 @@ class SlurmCluster:
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline and self.call("squeue", "-h", "-t", "RUNNING").stdout.strip():
                 time.sleep(0.5)
-        for name in ("slurmd", "slurmctld", "munged"):
+        slurmds = [name for name in self.daemons if name.startswith("slurmd-")]
+        for name in (*slurmds, "slurmctld", "munged"):
             process = self.daemons.get(name)
             if process and process.poll() is None:
                 process.send_signal(signal.SIGTERM)
@@ -242,9 +284,10 @@ class SlurmCluster:
         psutil.wait_procs(leftovers, timeout=30)
 
 
-def install_and_start(root: str) -> SlurmCluster:
+def install_and_start(root: str, hosts=None) -> SlurmCluster:
     """Installs what is missing (scripts/install_test_slurm.sh) and starts a cluster under
-    `root`; fails the calling test with one sentence when either cannot be done."""
+    `root` (a node on each of `hosts`, else this machine); fails the calling test with one
+    sentence when either cannot be done."""
     install = subprocess.run(
         ["bash", os.path.join(ROOT, "scripts", "install_test_slurm.sh")], capture_output=True, text=True
     )
@@ -254,7 +297,7 @@ def install_and_start(root: str) -> SlurmCluster:
         pytest.fail(
             "SLURM tests start munged, slurmctld and slurmd as root: run them as root.", pytrace=False
         )
-    cluster = SlurmCluster(root)
+    cluster = SlurmCluster(root, hosts)
     try:
         cluster.start()
     except (SlurmError, OSError, subprocess.TimeoutExpired) as e:

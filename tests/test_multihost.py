@@ -4,8 +4,10 @@ each with its own address, host name and sshd (tests/netns_hosts.py).
 `bash scripts/run_pretraining_lamb.sh` runs both phases with num_gpus=2 from the first host,
 - through horovodrun -H host1:1,host2:1 (Gloo; rank 1 started over ssh on the second host),
 - through mpirun --hostfile (OpenMPI's daemons over ssh; Horovod's MPI controller),
-- through scripts/run.sub under a SLURM-like environment (SLURM_JOB_NODELIST=bert-<t>-[1-2], ...),
-  where the launcher turns the allocation into horovodrun's -H,
+- submitted with `sbatch -N 2 scripts/run.sub` to a real SLURM whose two nodes are the two hosts
+  (tests/slurm_cluster.py), phase 1 alone: with mpirun, which takes the allocation from SLURM and
+  starts its daemon on the second node through srun, and with horovodrun, whose -H the launcher
+  makes from the allocation (SLURM_JOB_NODELIST, SLURM_TASKS_PER_NODE),
 and every run ends with both ranks holding the same weights, equal (float32 summation order
 aside) to one process trained with the doubled batch and the doubled peak rate.
 
@@ -115,9 +117,19 @@ def hosts(tmp_path_factory):
         yield two
 
 
-def _launch(corpus, results, workers, first_host=None, script=("scripts/run_pretraining_lamb.sh",), **env):
+def _launch(
+    corpus,
+    results,
+    workers,
+    first_host=None,
+    script=("scripts/run_pretraining_lamb.sh",),
+    submit=None,
+    **env,
+):
     """run_pretraining_lamb.sh with the tiny settings: num_gpus=`workers`, per-worker batches
-    BATCH (doubled with one worker), peak rates RATES per worker (doubled with one worker)."""
+    BATCH (doubled with one worker), peak rates RATES per worker (doubled with one worker). Run
+    here, or from `first_host`, or by `submit(command, env)` (a SLURM job), which returns the
+    command's output."""
     scale = 2 if workers == 1 else 1
     args = [
         str(BATCH[1] * scale),
@@ -157,6 +169,11 @@ def _launch(corpus, results, workers, first_host=None, script=("scripts/run_pret
         **env,
     )
     command = ["bash", *script, *args]
+    if submit is not None:
+        started = time.monotonic()
+        stdout = submit(command, full_env)
+        print(f"{' '.join(script)} as a SLURM job: {time.monotonic() - started:.1f} s")
+        return subprocess.CompletedProcess(command, 0, stdout, ""), _rank_weights(weights)
     if first_host is not None:
         # The environment goes through env(1): `ip netns exec` keeps it, unshare and sh too.
         command = first_host.command(["env", "-i", *(f"{k}={v}" for k, v in full_env.items()), *command])
@@ -165,7 +182,11 @@ def _launch(corpus, results, workers, first_host=None, script=("scripts/run_pret
     elapsed = time.monotonic() - started
     assert result.returncode == 0, f"{command}\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
     print(f"{' '.join(script)} with {workers} worker(s): {elapsed:.1f} s")
-    return result, {p.name: dict(np.load(p)) for p in weights.iterdir()}
+    return result, _rank_weights(weights)
+
+
+def _rank_weights(directory) -> dict:
+    return {p.name: dict(np.load(p)) for p in directory.iterdir()}
 
 
 @pytest.fixture(scope="module")
@@ -194,11 +215,21 @@ def _checkpoint(results, phase):
 
 
 def _across_two_hosts(
-    hosts, corpus, reference, results, launcher, launcher_args, phases=(1, 2), script=None, **env
+    hosts,
+    corpus,
+    reference,
+    results,
+    launcher,
+    launcher_args,
+    phases=(1, 2),
+    script=None,
+    submit=None,
+    **env,
 ):
-    """The launcher (or `script`) run from the first host with HOROVOD_LAUNCHER=`launcher`; checks
-    that rank r ran on host r inside its namespace, that the gradients crossed the veth, and that
-    both ranks end equal to each other and to the one-process run."""
+    """The launcher (or `script`) run from the first host (or as `submit` runs it) with
+    HOROVOD_LAUNCHER=`launcher`; checks that rank r ran on host r inside its namespace, that the
+    gradients crossed the veth, and that both ranks end equal to each other and to the one-process
+    run."""
     a, b = hosts.hosts
     before = hosts.nic_bytes()
     result, ranks = _launch(
@@ -207,6 +238,7 @@ def _across_two_hosts(
         2,
         first_host=a,
         script=script or ("scripts/run_pretraining_lamb.sh",),
+        submit=submit,
         HOROVOD_LAUNCHER=launcher,
         LAUNCHER_ARGS=shlex.join(launcher_args),
         **env,
@@ -285,34 +317,78 @@ def test_mpirun_hostfile_across_two_hosts_equals_one_process_with_doubled_batch(
     assert "workers: 2 (mpirun -np 2)" in result.stdout
 
 
+@pytest.fixture(scope="module")
+def slurm_nodes(hosts, tmp_path_factory):
+    """A real SLURM cluster with a node on each host (tests/slurm_cluster.py), for this module."""
+    import slurm_cluster
+
+    cluster = slurm_cluster.install_and_start(str(tmp_path_factory.mktemp("slurm_nodes")), hosts)
+    yield cluster
+    cluster.stop()
+    assert not cluster._leftovers(), "the two-node SLURM cluster left processes running"
+
+
+def _sbatch(cluster, log):
+    """A submit for _launch: `sbatch -N 2 --ntasks-per-node=1 scripts/run.sub COMMAND` (from the
+    first host, as a user on a login node), waited for; the job must complete, and its output
+    (`log`) is returned."""
+
+    def submit(command, env) -> str:
+        job = cluster.sbatch(
+            "-N",
+            "2",
+            "--ntasks-per-node=1",
+            f"--output={log}",
+            "scripts/run.sub",
+            *command,
+            env=env,
+            cwd=ROOT,
+        )
+        fields = cluster.wait_job(
+            job,
+            lambda f: f["JobState"] not in ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING"),
+            400,
+            "ended",
+        )
+        output = log.read_text() if log.exists() else f"(no {log})"
+        assert (fields["JobState"], fields["ExitCode"]) == ("COMPLETED", "0:0"), f"{fields}\n{output[-4000:]}"
+        return output
+
+    return submit
+
+
 @pytest.mark.slow
-def test_run_sub_turns_the_slurm_node_list_into_horovodrun_hosts(hosts, corpus, one_process, tmp_path):
+@pytest.mark.parametrize("launcher", ["mpirun", "horovodrun"])
+def test_run_sub_trains_across_two_slurm_nodes(hosts, slurm_nodes, corpus, one_process, tmp_path, launcher):
+    """sbatch -N 2 scripts/run.sub under a real SLURM whose two nodes are the two hosts: mpirun
+    takes the allocation from SLURM and starts its daemon on the second node through srun;
+    horovodrun gets the allocation's hosts from the launcher (SLURM_JOB_NODELIST) and reaches the
+    second over ssh."""
     a, b = hosts.hosts
-    allocation = {
-        "SLURM_JOB_ID": "4242",
-        "SLURM_JOB_NODELIST": hosts.nodelist,
-        "SLURM_JOB_NUM_NODES": "2",
-        "SLURM_NNODES": "2",
-        "SLURM_NTASKS": "2",
-        "SLURM_NTASKS_PER_NODE": "1",
-        "SLURM_TASKS_PER_NODE": "1(x2)",
-        "SLURM_SUBMIT_DIR": ROOT,
-    }
-    # Phase 1 alone (the phase scripts share the engine): the node list is what this test is about.
+    if launcher == "mpirun":
+        args = [
+            arg for nic in ("btl_tcp_if_include", "oob_tcp_if_include") for arg in ("--mca", nic, hosts.nic)
+        ]
+        args += ["-x", "RANK_WEIGHTS_DIR"]  # the recorder's; the launcher forwards PYTHONPATH itself
+        workers = "workers: 2 (mpirun -np 2)"
+    else:
+        args = [*_horovodrun_args(hosts), "--disable-cache"]
+        workers = f"workers: 2 (horovodrun -np 2 on {a.name}:1,{b.name}:1 (the SLURM allocation))"
+    # Phase 1 alone (the phase scripts share the engine): how the ranks start is what this is about.
     result = _across_two_hosts(
         hosts,
         corpus,
         one_process,
         tmp_path,
-        "horovodrun",
-        [*_horovodrun_args(hosts), "--disable-cache"],
+        launcher,
+        args,
         phases=(1,),
-        script=("scripts/run.sub", "bash", "scripts/run_pretraining_lamb_phase1.sh"),
-        **allocation,
+        script=("scripts/run_pretraining_lamb_phase1.sh",),
+        submit=_sbatch(slurm_nodes, tmp_path / "job.out"),
     )
-    ran = f"[run.sub] nodes {hosts.nodelist} (1(x2) task(s) per node, 2 in all) through horovodrun from {a.name}"
+    ran = f"[run.sub] nodes {hosts.nodelist} (1(x2) task(s) per node, 2 in all) through {launcher} from {a.name}"
     assert ran in result.stdout
-    assert f"workers: 2 (horovodrun -np 2 on {a.name}:1,{b.name}:1 (the SLURM allocation))" in result.stdout
+    assert workers in result.stdout
     assert not (tmp_path / "phase_2").exists()
 
 
