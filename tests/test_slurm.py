@@ -3,8 +3,9 @@ machine): submitted with sbatch as docs/cluster.md tells users, HOROVOD_LAUNCHER
 pretraining launcher with two workers in a one-node allocation. SLURM's own signals to the batch
 shell (`scancel -b -s USR1`, the notice run.sub asks for before the time limit, and SIGTERM, a
 preemption's) stop the job with a checkpoint, run.sub requeues it, and the requeued job ends with
-exactly the weights of a job that was never stopped; a worker killed outright fails the job with
-the launcher's error instead of hanging it."""
+exactly the weights of a job that was never stopped; a job whose time limit comes within run.sub's
+notice gets that notice from SLURM, requeues and completes; a worker killed outright fails the job
+with the launcher's error instead of hanging it. Two nodes: tests/test_multihost.py."""
 
 import json
 import os
@@ -113,10 +114,11 @@ SIGNALS = ("USR1", "TERM")
 
 
 @pytest.fixture(scope="module")
-def stopped_jobs(slurm_cluster, workspace):  # noqa: F811
+def stopped_jobs(slurm_cluster, workspace, time_limited_job):  # noqa: F811
     """For each of SIGNALS, a job stopped by `scancel -b -s SIGNAL` once it logged an update, and
     requeued: {signal: dict(id, results, log, fields)}. The jobs run side by side (the node has
-    slots for them), as does their requeued run with the next job's."""
+    slots for them), as does their requeued run with the next job's, and `time_limited_job`'s
+    minutes of waiting for SLURM."""
     jobs = {name: submit(slurm_cluster, workspace, f"stopped_{name}") for name in SIGNALS}
     stopped = {}
     for name, (job_id, results, log) in jobs.items():
@@ -270,3 +272,52 @@ def test_run_squad_sh_fine_tunes_on_two_workers_and_predicts_as_a_job(slurm_clus
         "== run_squad.sh: results (" in text
         and f"f1                           = {evaluated['f1']:.4f}" in text
     )
+
+
+# Stands in for a training command under run.sub: it waits for the notice, then exits as a worker
+# stopped with a checkpoint does (75) the first time, and completes (0) the next.
+NOTICE_WAITER = """
+import os, signal, sys, time
+
+marker, started, notices = sys.argv[1], time.monotonic(), []
+first = not os.path.exists(marker)
+open(marker, "a").close()
+signal.signal(signal.SIGUSR1, lambda *_: notices.append(time.monotonic()))
+while not notices and time.monotonic() - started < 300:
+    time.sleep(0.2)
+print(f"SIGUSR1 after {notices[0] - started:.0f} s" if notices else "no SIGUSR1 in 300 s", flush=True)
+sys.exit((75 if first else 0) if notices else 1)
+"""
+
+
+@pytest.fixture(scope="module")
+def time_limited_job(slurm_cluster, tmp_path_factory):  # noqa: F811
+    """`sbatch --time=2 scripts/run.sub` of NOTICE_WAITER, submitted first: (job id, log)."""
+    root = tmp_path_factory.mktemp("time_limit")
+    env = {k: v for k, v in worker_env().items() if k not in LAUNCH_ENV}
+    env["HOROVOD_LAUNCHER"] = "mpirun"  # run.sub runs COMMAND once in the batch shell
+    command = [shutil.which("python3") or "python3", "-c", NOTICE_WAITER, str(root / "started")]
+    log = root / "job.out"
+    return slurm_cluster.sbatch(
+        "-N", "1", "--time=2", f"--output={log}", "scripts/run.sub", *command, env=env
+    ), log
+
+
+def test_the_time_limits_notice_requeues_the_job_which_then_completes(slurm_cluster, time_limited_job):  # noqa: F811
+    """run.sub's own `--signal=B:USR1@120` with a time limit of 2 minutes: SLURM sends the batch
+    shell SIGUSR1 at once (the limit is within the notice's 120 s), the relay passes it to the
+    command, which stops as a worker does (75); the relay requeues the job, and the requeued run
+    completes: the job is COMPLETED, not TIMEOUT or FAILED. (How the workers stop on that notice
+    is the same as on scancel's: the tests above.)"""
+    job_id, log = time_limited_job
+    fields = _finished(slurm_cluster, job_id, 400)
+    assert (fields["JobState"], fields["ExitCode"], fields["Restarts"]) == ("COMPLETED", "0:0", "1"), _tail(
+        log
+    )
+    assert fields["TimeLimit"] == "00:02:00"
+    first, second = log.read_text().split(f"requeueing job {job_id}\n", 1)
+    assert "[run.sub] stopped for a preemption with a checkpoint" in first
+    # SLURM's check of time limits runs every 30 s: the notice comes within about that.
+    for run in (first, second):
+        seconds = int(run.split("SIGUSR1 after ", 1)[1].split(" s", 1)[0])
+        assert seconds <= 70, run
