@@ -86,7 +86,8 @@ class SlurmCluster:
         os.makedirs(munge_dir, mode=0o700)
         os.makedirs(os.path.join(self.root, "state"))
         for node, _ in self.nodes:
-            os.makedirs(os.path.join(self.root, "spool", node))
+            for d in ("spool", "tmp"):
+                os.makedirs(os.path.join(self.root, d, node))
         key = os.path.join(munge_dir, "munge.key")
         with open(os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400), "wb") as f:
             f.write(secrets.token_bytes(128))
@@ -104,6 +105,8 @@ class SlurmCluster:
             "AuthInfo": f"socket={self.munge_socket},cred_expire={CRED_EXPIRE_S}",
             "StateSaveLocation": os.path.join(self.root, "state"),
             "SlurmdSpoolDir": os.path.join(self.root, "spool", "%n"),  # %n: the node's name
+            # srun --mpi=pmix's directories: per node, as the nodes share this machine's /tmp.
+            "TmpFS": os.path.join(self.root, "tmp", "%n"),
             "SlurmctldPidFile": os.path.join(self.root, "slurmctld.pid"),
             "SlurmdPidFile": os.path.join(self.root, "slurmd-%n.pid"),
             "SlurmctldLogFile": self.log("slurmctld"),

@@ -82,6 +82,27 @@ def test_run_sub_starts_one_task_per_gpu_in_the_container(tmp_path):
     assert argv[-4:] == ["python", "run_pretraining.py", "--note", "two words"]
 
 
+def test_run_sub_without_a_container_starts_each_task_from_the_checkout(tmp_path):
+    env = {
+        "BERT_DRY_RUN": "1",
+        "SLURM_JOB_ID": "42",
+        "SLURM_JOB_NUM_NODES": "2",
+        "SLURM_NTASKS_PER_NODE": "4",
+        "SLURM_SUBMIT_DIR": ROOT,
+        "CONT": "none",
+        "BERT_PYTHON": "/opt/py/bin/python",
+        "DATADIR": str(tmp_path / "data"),
+        "RESULTSDIR": str(tmp_path / "results"),
+    }
+    result = _bash("scripts/run.sub", "python", "run_pretraining.py", "--note", "two words", env=env)
+    argv = _printed_command(result)
+    assert f"2 node(s) x 4 task(s) = 8 workers; no container (CONT=none); code {ROOT}" in result.stdout
+    assert argv[:3] == ["srun", "--mpi=pmix", "--ntasks-per-node=4"]
+    assert f"--chdir={ROOT}" in argv and not any(a.startswith("--container") for a in argv)
+    # The wrapper puts the checkout's Python first on PATH ($0), then runs the command as given.
+    assert argv[-5:] == ["/opt/py/bin", "python", "run_pretraining.py", "--note", "two words"]
+
+
 @pytest.mark.parametrize(
     "env, args, message",
     [

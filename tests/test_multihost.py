@@ -358,14 +358,20 @@ def _sbatch(cluster, log):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("launcher", ["mpirun", "horovodrun"])
+@pytest.mark.parametrize("launcher", ["srun", "mpirun", "horovodrun"])
 def test_run_sub_trains_across_two_slurm_nodes(hosts, slurm_nodes, corpus, one_process, tmp_path, launcher):
-    """sbatch -N 2 scripts/run.sub under a real SLURM whose two nodes are the two hosts: mpirun
-    takes the allocation from SLURM and starts its daemon on the second node through srun;
-    horovodrun gets the allocation's hosts from the launcher (SLURM_JOB_NODELIST) and reaches the
-    second over ssh."""
+    """sbatch -N 2 scripts/run.sub under a real SLURM whose two nodes are the two hosts: srun
+    starts a task on each node (CONT=none: no container), each running the launcher, whose worker
+    joins the other through PMIx; mpirun takes the allocation from SLURM and starts its daemon on
+    the second node through srun; horovodrun gets the allocation's hosts from the launcher
+    (SLURM_JOB_NODELIST) and reaches the second over ssh."""
     a, b = hosts.hosts
-    if launcher == "mpirun":
+    env = {}
+    if launcher == "srun":
+        args, env["CONT"] = [], "none"
+        ran = f"[run.sub] 2 node(s) x 1 task(s) = 2 workers; no container (CONT=none); code {ROOT}"
+        workers = "workers: 2 (this process is one)"
+    elif launcher == "mpirun":
         args = [
             arg for nic in ("btl_tcp_if_include", "oob_tcp_if_include") for arg in ("--mca", nic, hosts.nic)
         ]
@@ -374,19 +380,21 @@ def test_run_sub_trains_across_two_slurm_nodes(hosts, slurm_nodes, corpus, one_p
     else:
         args = [*_horovodrun_args(hosts), "--disable-cache"]
         workers = f"workers: 2 (horovodrun -np 2 on {a.name}:1,{b.name}:1 (the SLURM allocation))"
+    if launcher != "srun":
+        ran = f"[run.sub] nodes {hosts.nodelist} (1(x2) task(s) per node, 2 in all) through {launcher} from {a.name}"
     # Phase 1 alone (the phase scripts share the engine): how the ranks start is what this is about.
     result = _across_two_hosts(
         hosts,
         corpus,
         one_process,
         tmp_path,
-        launcher,
+        "" if launcher == "srun" else launcher,
         args,
         phases=(1,),
         script=("scripts/run_pretraining_lamb_phase1.sh",),
         submit=_sbatch(slurm_nodes, tmp_path / "job.out"),
+        **env,
     )
-    ran = f"[run.sub] nodes {hosts.nodelist} (1(x2) task(s) per node, 2 in all) through {launcher} from {a.name}"
     assert ran in result.stdout
     assert workers in result.stdout
     assert not (tmp_path / "phase_2").exists()

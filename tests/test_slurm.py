@@ -56,15 +56,19 @@ def workspace(tmp_path_factory):
     return root, env
 
 
-def submit(cluster, workspace, name, command=("scripts/run_pretraining_lamb.sh", *LAUNCHER_ARGS)):
+def submit(
+    cluster, workspace, name, command=("scripts/run_pretraining_lamb.sh", *LAUNCHER_ARGS), launcher="mpirun"
+):
     """`sbatch -N 1 --ntasks-per-node=2 scripts/run.sub bash COMMAND...` (the pretraining launcher
     by default) from the checkout, results under RESULTSDIR=<workspace>/<name>; (job id, results,
-    log)."""
+    log). `launcher`: "mpirun" (HOROVOD_LAUNCHER=mpirun: COMMAND once, its workers started by
+    mpirun) or "srun" (CONT=none: COMMAND in each of the tasks srun starts, no container)."""
     root, data_env = workspace
     results, log = root / name, root / f"{name}.out"
     env = {k: v for k, v in worker_env().items() if k not in LAUNCH_ENV}
     env.update({k: v for k, v in data_env.items() if k != "RESULTS_DIR"})
-    env.update(HOROVOD_LAUNCHER="mpirun", RESULTSDIR=str(results))
+    env.update({"HOROVOD_LAUNCHER": "mpirun"} if launcher == "mpirun" else {"CONT": "none"})
+    env.update(RESULTSDIR=str(results))
     job_id = cluster.sbatch(
         "-N",
         "1",
@@ -110,7 +114,9 @@ def test_srun_starts_pmix_tasks(slurm_cluster):  # noqa: F811
     assert sorted(result.stdout.splitlines()) == ["rank 0 of 2", "rank 1 of 2"]
 
 
-SIGNALS = ("USR1", "TERM")
+# Each signal's job, with how its workers start: srun's tasks (run.sub's default path, without a
+# container) or mpirun from the batch shell.
+SIGNALS = {"USR1": "srun", "TERM": "mpirun"}
 
 
 @pytest.fixture(scope="module")
@@ -119,7 +125,10 @@ def stopped_jobs(slurm_cluster, workspace, time_limited_job):  # noqa: F811
     requeued: {signal: dict(id, results, log, fields)}. The jobs run side by side (the node has
     slots for them), as does their requeued run with the next job's, and `time_limited_job`'s
     minutes of waiting for SLURM."""
-    jobs = {name: submit(slurm_cluster, workspace, f"stopped_{name}") for name in SIGNALS}
+    jobs = {
+        name: submit(slurm_cluster, workspace, f"stopped_{name}", launcher=how)
+        for name, how in SIGNALS.items()
+    }
     stopped = {}
     for name, (job_id, results, log) in jobs.items():
         wait_for_step(slurm_cluster, job_id, results / "phase_1", log)
@@ -146,7 +155,7 @@ def straight(slurm_cluster, workspace, stopped_jobs):  # noqa: F811
     return submit(slurm_cluster, workspace, "straight")
 
 
-@pytest.fixture(params=SIGNALS)
+@pytest.fixture(params=list(SIGNALS))
 def requeued(request, stopped_jobs):
     return stopped_jobs[request.param]
 
@@ -154,6 +163,10 @@ def requeued(request, stopped_jobs):
 def test_a_signal_from_scancel_stops_the_job_with_a_checkpoint_and_requeues_it(requeued):
     assert requeued["fields"]["JobState"] in ("REQUEUED", "PENDING", "CONFIGURING", "RUNNING")
     text = requeued["log"].read_text()
+    if SIGNALS[requeued["signal"]] == "srun":  # a task per worker, each running the launcher
+        assert "no container (CONT=none)" in text and "workers: 2 (this process is one)" in text
+    else:
+        assert "through mpirun" in text and "workers: 2 (mpirun -np 2)" in text
     assert f"stopped for a preemption (SIG{requeued['signal']}): re-run the same command to continue" in text
     assert f"[run.sub] stopped for a preemption with a checkpoint: requeueing job {requeued['id']}" in text
     step = _stopped_at(text)
