@@ -6,7 +6,7 @@ weights of a run that was never stopped. run_pretraining.py alone (the kill and 
 one uninterrupted run per masking) and the pretraining launcher here (run_classifier.py's kill
 and notice in tests/test_finetuning_job.py, sharing one uninterrupted run); two
 Horovod workers with the notice sent to one of them in tests/test_resize.py, which shares those
-runs with a resume on one worker."""
+runs with a resume on one worker; scripts/run.sub under a real SLURM in tests/test_slurm.py."""
 
 import json
 import os
@@ -234,46 +234,6 @@ def test_sigterm_to_the_launcher_stops_the_phase_and_a_rerun_finishes_both(tmp_p
     assert not (phase1 / "STOP").exists()  # the honoured notice was cleared
     assert tf.train.latest_checkpoint(str(phase1)).endswith("ckpt-18")
     assert tf.train.latest_checkpoint(str(tmp_path / "results" / "phase_2")).endswith("ckpt-4")
-
-
-def test_run_sub_passes_slurms_warning_signal_on_and_requeues_the_job(tmp_path):
-    """scripts/run.sub in a SLURM allocation (here: its environment, and a recording stand-in for
-    scontrol, the one SLURM command it calls) with the launcher in its batch shell: SIGUSR1 to
-    the batch shell, as `--signal=B:USR1@120` sends it, stops the phase with a checkpoint, and the
-    job is requeued; the requeued job's same command finishes the phase."""
-    env = pretraining_workspace(tmp_path, records=64)
-    fake_bin = tmp_path / "bin"
-    fake_bin.mkdir()
-    (fake_bin / "scontrol").write_text(f'#!/bin/bash\necho "$*" >> {tmp_path}/scontrol.log\n')
-    (fake_bin / "scontrol").chmod(0o755)
-    full_env = {k: v for k, v in worker_env().items() if k not in LAUNCH_ENV and not k.startswith("SLURM_")}
-    full_env.update(
-        env,
-        BERT_PYTHON=sys.executable,
-        PATH=f"{fake_bin}:{full_env['PATH']}",
-        SLURM_JOB_ID="4242",
-        HOROVOD_LAUNCHER="horovodrun",  # run.sub runs the launcher in its batch shell
-    )
-    args = ["--preset=cpu_tiny", "--num_gpus=1", "--train_steps=20", "--train_batch_size_phase1=4"]
-    args += ["--warmup_steps_phase1=2", "--save_checkpoint_steps=8", "--use_xla=false", "--do_eval=false"]
-    command = [
-        "bash",
-        os.path.join(ROOT, "scripts", "run.sub"),
-        "bash",
-        "scripts/run_pretraining_lamb_phase1.sh",
-    ]
-    phase1 = tmp_path / "results" / "phase_1"
-    status, seconds, err = notice_after_step(
-        [*command, *args], phase1, full_env, 3, lambda p: p.send_signal(signal.SIGUSR1), timeout_s=600
-    )
-    assert status == 0, err[-3000:]  # requeued: the job itself did not fail
-    assert (tmp_path / "scontrol.log").read_text() == "requeue 4242\n"
-    step = _stopped_at(err)
-    assert "(SIGUSR1)" in err and tf.train.latest_checkpoint(str(phase1)).endswith(f"ckpt-{step}")
-    again = subprocess.run([*command, *args], env=full_env, capture_output=True, text=True, timeout=600)
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert tf.train.latest_checkpoint(str(phase1)).endswith("ckpt-18")
-    assert (tmp_path / "scontrol.log").read_text() == "requeue 4242\n"  # not again
 
 
 def test_request_stop_writes_the_notice_the_run_sees(tmp_path):
