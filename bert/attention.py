@@ -24,7 +24,8 @@ def dense(units, config: BertConfig, name, dtype, activation=None):
 @keras.saving.register_keras_serializable(package="bert")
 class SelfAttention(keras.layers.Layer):
     """Scaled dot-product attention over all heads: x [B, S, D] and the additive attention_bias
-    [B, 1, 1, S] (attention_bias_from_mask) -> context [B, S, D].
+    [B, 1, 1, S] (attention_bias_from_mask), or [B, 1, S, S] for packed rows
+    (attention_bias_from_sequences) -> context [B, S, D].
 
     The weights are Google's three projections (query, key, value: kernels [D, D], biases [D]),
     which checkpoints read and write by name, and the call uses them as three products. One
@@ -79,3 +80,11 @@ def attention_bias_from_mask(input_mask):
     """input_mask [B, S] (1 real, 0 pad) -> additive float32 bias [B, 1, 1, S]."""
     mask = ops.cast(input_mask, "float32")[:, None, None, :]
     return (1.0 - mask) * _MASK_VALUE
+
+
+def attention_bias_from_sequences(sequence_ids):
+    """sequence_ids [B, S] (sequences packed into a row numbered from 1, padding 0) -> additive
+    float32 bias [B, 1, S, S]: each token attends to the real tokens of its own sequence only (a
+    padding query to none: its output is never read)."""
+    same = ops.equal(sequence_ids[:, :, None], sequence_ids[:, None, :]) & (sequence_ids[:, None, :] > 0)
+    return (1.0 - ops.cast(same, "float32"))[:, None, :, :] * _MASK_VALUE

@@ -12,7 +12,8 @@ from bert.layer_norm import LayerNorm
 
 @keras.saving.register_keras_serializable(package="bert")
 class BertEmbeddings(keras.layers.Layer):
-    """Maps (input_ids, segment_ids) [B, S] to embeddings [B, S, D].
+    """Maps (input_ids, segment_ids) [B, S] to embeddings [B, S, D]; positions 0..S-1, or
+    position_ids [B, S] where sequences are packed into rows (each counting from 0).
 
     The word embedding table [V, D] is also the MLM output projection (weights tied), so it is
     exposed as `word_embeddings`.
@@ -43,11 +44,13 @@ class BertEmbeddings(keras.layers.Layer):
     def build(self, input_shape):
         self.layer_norm.build((None, None, self.config.hidden_size))
 
-    def call(self, input_ids, segment_ids, training=False):
-        seq_len = ops.shape(input_ids)[1]
+    def call(self, input_ids, segment_ids, position_ids=None, training=False):
         x = ops.take(self.word_embeddings, input_ids, axis=0)  # [B, S, D]
         x = x + ops.take(self.token_type_embeddings, segment_ids, axis=0)  # [B, S, D]
-        x = x + self.position_embeddings[:seq_len][None]  # [1, S, D]
+        if position_ids is None:
+            x = x + self.position_embeddings[: ops.shape(input_ids)[1]][None]  # [1, S, D]
+        else:
+            x = x + ops.take(self.position_embeddings, position_ids, axis=0)  # [B, S, D]
         x = self.layer_norm(x)
         x = ops.cast(x, self.compute_dtype)
         return self.dropout(x, training=training)

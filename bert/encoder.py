@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from bert.attention import attention_bias_from_mask, dense
+from bert.attention import attention_bias_from_mask, attention_bias_from_sequences, dense
 from bert.config import as_bert_config
 from bert.embeddings import BertEmbeddings
 from bert.transformer import TransformerLayer
@@ -14,9 +14,13 @@ from bert.transformer import TransformerLayer
 
 @keras.saving.register_keras_serializable(package="bert")
 class BertEncoder(keras.Model):
-    """Inputs {input_ids, input_mask, segment_ids} int32 [B, S].
+    """Inputs {input_ids, input_mask, segment_ids} int32 [B, S]. Sequences packed into rows
+    (training/packing.py) add position_ids and sequence_ids [B, S] (each sequence's own positions,
+    and which sequence of the row a token is: it attends within its sequence only) and
+    cls_positions [B, M] (where each sequence's [CLS] is).
 
-    Outputs a dict: sequence_output [B, S, D], pooled_output [B, D] (tanh dense over [CLS]) and
+    Outputs a dict: sequence_output [B, S, D], pooled_output [B, D] (tanh dense over [CLS]; [B, M,
+    D] over each packed sequence's) and
     encoder_outputs, the output [B, S, D] of every transformer layer, first to last
     (extract_features reads these).
     Outputs are in the compute dtype of `dtype` ("float32", "mixed_float16", "mixed_bfloat16").
@@ -51,13 +55,24 @@ class BertEncoder(keras.Model):
         input_mask = inputs.get("input_mask")
         if input_mask is None:
             input_mask = ops.ones_like(input_ids)
-        attention_bias = attention_bias_from_mask(input_mask)  # [B, 1, 1, S]
-        x = self.embeddings(input_ids, segment_ids, training=training)  # [B, S, D]
+        sequence_ids = inputs.get("sequence_ids")
+        if sequence_ids is None:
+            attention_bias = attention_bias_from_mask(input_mask)  # [B, 1, 1, S]
+        else:
+            attention_bias = attention_bias_from_sequences(sequence_ids)  # [B, 1, S, S]
+        x = self.embeddings(
+            input_ids, segment_ids, inputs.get("position_ids"), training=training
+        )  # [B, S, D]
         layer_outputs = []
         for layer in self.transformer_layers:
             x = layer(x, attention_bias, training=training)  # [B, S, D]
             layer_outputs.append(x)
-        pooled = self.pooler(x[:, 0, :])  # [B, D]
+        cls_positions = inputs.get("cls_positions")
+        if cls_positions is None:
+            pooled = self.pooler(x[:, 0, :])  # [B, D]
+        else:
+            positions = ops.cast(cls_positions, "int32")[:, :, None]  # [B, M, 1]
+            pooled = self.pooler(ops.take_along_axis(x, positions, axis=1))  # [B, M, D]
         return {"sequence_output": x, "pooled_output": pooled, "encoder_outputs": layer_outputs}
 
     def get_config(self):

@@ -14,8 +14,10 @@ from bert.heads import MaskedLMHead, NextSentenceHead
 class BertPretrainer(EncoderTaskModel):
     """Encoder + MLM + NSP heads; the MLM head scores against the encoder's word embeddings.
 
-    Inputs: input_ids, input_mask, segment_ids [B, S] and masked_lm_positions [B, P] (int).
-    Outputs: mlm_logits [B, P, V] and nsp_logits [B, 2], both float32.
+    Inputs: input_ids, input_mask, segment_ids [B, S] and masked_lm_positions [B, P] (int);
+    packed rows (training/packing.py) add position_ids, sequence_ids [B, S] and cls_positions
+    [B, M] (BertEncoder).
+    Outputs: mlm_logits [B, P, V] and nsp_logits [B, 2] ([B, M, 2] packed), both float32.
     """
 
     def __init__(self, config, dtype="float32", encoder: BertEncoder | None = None, **kwargs):
@@ -41,7 +43,8 @@ def pretraining_losses(outputs, features):
     """Google's pretraining loss: weighted mean MLM cross-entropy + mean NSP cross-entropy.
 
     features holds masked_lm_ids [B, P], masked_lm_weights [B, P] float and
-    next_sentence_labels [B, 1]. Returns float32 scalars: loss, mlm_loss, nsp_loss (this batch's
+    next_sentence_labels [B, 1] (packed rows: [B, M], with next_sentence_weights [B, M], 1 for
+    each sequence of a row). Returns float32 scalars: loss, mlm_loss, nsp_loss (this batch's
     means) and the sums they are made of, mlm_loss_sum over masked_tokens (the weights' sum) and
     nsp_loss_sum over sequences, so a trainer can normalise by counts over many micro-batches and
     workers instead of averaging per-batch means.
@@ -55,11 +58,19 @@ def pretraining_losses(outputs, features):
     masked_tokens = ops.sum(weights)
     mlm_loss = mlm_loss_sum / (masked_tokens + 1e-5)
 
-    nsp_labels = ops.cast(ops.reshape(features["next_sentence_labels"], (-1,)), "int32")  # [B]
-    nsp_log_probs = ops.log_softmax(outputs["nsp_logits"], axis=-1)  # [B, 2]
-    nsp_loss_sum = -ops.sum(ops.squeeze(ops.take_along_axis(nsp_log_probs, nsp_labels[:, None], axis=-1), -1))
-    sequences = ops.cast(ops.size(nsp_labels), "float32")
-    nsp_loss = nsp_loss_sum / sequences
+    nsp_labels = ops.cast(
+        ops.reshape(features["next_sentence_labels"], (-1,)), "int32"
+    )  # [B] (packed [B x M])
+    nsp_log_probs = ops.log_softmax(ops.reshape(outputs["nsp_logits"], (-1, 2)), axis=-1)  # [B, 2]
+    label_nsp = ops.squeeze(ops.take_along_axis(nsp_log_probs, nsp_labels[:, None], axis=-1), -1)  # [B]
+    if "next_sentence_weights" in features:
+        nsp_weights = ops.cast(ops.reshape(features["next_sentence_weights"], (-1,)), "float32")
+        nsp_loss_sum = -ops.sum(label_nsp * nsp_weights)
+        sequences = ops.sum(nsp_weights)
+    else:
+        nsp_loss_sum = -ops.sum(label_nsp)
+        sequences = ops.cast(ops.size(nsp_labels), "float32")
+    nsp_loss = nsp_loss_sum / ops.maximum(sequences, 1.0)
     return {
         "loss": mlm_loss + nsp_loss,
         "mlm_loss": mlm_loss,

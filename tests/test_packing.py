@@ -1,0 +1,163 @@
+"""training/packing.py: sequences of one update packed into rows (hand-checked layouts), and the
+model on packed rows giving every sequence the outputs, loss sums and gradients it has unpacked."""
+
+import random
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tiny_pretraining as tiny
+from data.pretraining import schema
+from training import packing
+
+
+def test_best_fit_decreasing_places_each_sequence_in_the_tightest_row():
+    # Longest first: 128 fills row 0; 100 opens row 1 (28 free), 60 row 2 (68 free); 50 fits row
+    # 2 best (18 left); 30 fits neither (28, 18): row 3; 28 fills row 1; 10 goes to row 2 (18).
+    lengths = [100, 30, 28, 60, 50, 128, 10]
+    assert packing.pack(lengths, [1] * 7, 128, 8, 28) == [[5], [0, 2], [3, 4, 6], [1]]
+    # At most 2 sequences a row: 10 goes to row 3 instead.
+    assert packing.pack(lengths, [1] * 7, 128, 2, 28) == [[5], [0, 2], [3, 4], [1, 6]]
+    # At most 5 predictions a row: 28 (4 predictions) cannot join 100's row (2).
+    predictions = [2, 1, 4, 1, 1, 1, 1]
+    assert packing.pack(lengths, predictions, 128, 8, 5) == [[5], [0], [3, 4, 6], [1, 2]]
+    # Equal lengths keep their order.
+    assert packing.pack([64, 64, 64], [1, 1, 1], 128, 8, 28) == [[0, 1], [2]]
+
+
+def test_a_sequence_longer_than_a_row_or_over_the_predictions_is_refused():
+    with pytest.raises(ValueError, match="within 1..128"):
+        packing.pack([129], [1], 128, 8, 28)
+    with pytest.raises(ValueError, match="more than 28"):
+        packing.pack([100], [29], 128, 8, 28)
+
+
+def test_rows_are_dealt_as_a_snake_to_micro_batches_of_one_row_count():
+    # Tokens of the rows: 128, 128, 120, 30 -> slots 0, 1, 1, 0.
+    rows = [[5], [0, 2], [3, 4, 6], [1]]
+    lengths = [100, 30, 28, 60, 50, 128, 10]
+    assert packing.deal(rows, lengths, 2, 1, 4) == (2, [[0, 3], [1, 2]])
+    # 4 rows over 2 workers x 2 micro-batches: one row each.
+    count, slots = packing.deal(rows, lengths, 2, 2, 4)
+    assert count == 1 and sorted(r for slot in slots for r in slot) == [0, 1, 2, 3]
+    # Row counts are multiples of the quantum: B = 32 -> 2; 3 rows in one micro-batch -> 4.
+    assert packing.row_quantum(32) == 2 and packing.deal(rows[:3], lengths, 1, 1, 32)[0] == 4
+    assert packing.row_counts(32) == tuple(range(2, 33, 2)) and packing.row_counts(4) == (1, 2, 3, 4)
+
+
+def _features(sequences, S, P):
+    """Unpacked features of (tokens, segments, {position: label}, nsp label) tuples."""
+    G = len(sequences)
+    f = {name: np.zeros((G, S), np.int32) for name in ("input_ids", "input_mask", "segment_ids")}
+    f["masked_lm_positions"] = np.zeros((G, P), np.int32)
+    f["masked_lm_ids"] = np.zeros((G, P), np.int32)
+    f["masked_lm_weights"] = np.zeros((G, P), np.float32)
+    f["next_sentence_labels"] = np.zeros((G, 1), np.int32)
+    for g, (tokens, segments, masked, label) in enumerate(sequences):
+        n = len(tokens)
+        f["input_ids"][g, :n], f["segment_ids"][g, :n], f["input_mask"][g, :n] = tokens, segments, 1
+        for j, (position, masked_label) in enumerate(sorted(masked.items())):
+            f["masked_lm_positions"][g, j], f["masked_lm_ids"][g, j] = position, masked_label
+            f["masked_lm_weights"][g, j] = 1.0
+        f["next_sentence_labels"][g, 0] = label
+    return f
+
+
+def test_a_packed_row_keeps_each_sequences_tokens_positions_predictions_and_cls():
+    sequences = [
+        ([2, 10, 3, 11, 3], [0, 0, 0, 1, 1], {1: 50}, 1),
+        ([2, 20, 21, 3, 22, 3], [0, 0, 0, 0, 1, 1], {2: 51, 4: 52}, 0),
+        ([2, 30, 3, 31, 32, 33, 3], [0, 0, 0, 1, 1, 1, 1], {5: 53}, 1),
+    ]
+    features = _features(sequences, 16, 3)
+    out = packing.layout(features, [[1, 0], [2]], 3, 16, 4, 6)
+    assert out["input_ids"][0].tolist() == [2, 20, 21, 3, 22, 3, 2, 10, 3, 11, 3] + [0] * 5
+    assert out["segment_ids"][0].tolist() == [0, 0, 0, 0, 1, 1, 0, 0, 0, 1, 1] + [0] * 5
+    assert out["position_ids"][0].tolist() == [0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 4] + [0] * 5
+    assert out["sequence_ids"][0].tolist() == [1] * 6 + [2] * 5 + [0] * 5
+    assert out["input_mask"][0].tolist() == [1] * 11 + [0] * 5
+    assert out["masked_lm_positions"][0].tolist() == [2, 4, 7, 0, 0, 0]  # sequence 0's 1 -> 6 + 1
+    assert out["masked_lm_ids"][0].tolist() == [51, 52, 50, 0, 0, 0]
+    assert out["masked_lm_weights"][0].tolist() == [1, 1, 1, 0, 0, 0]
+    assert out["cls_positions"][0].tolist() == [0, 6, 0, 0]
+    assert out["next_sentence_labels"][0].tolist() == [0, 1, 0, 0]
+    assert out["next_sentence_weights"][0].tolist() == [1, 1, 0, 0]
+    assert out["input_ids"][1, :7].tolist() == [2, 30, 3, 31, 32, 33, 3]
+    assert out["masked_lm_positions"][1, 0] == 5 and out["cls_positions"][1, 0] == 0
+    # The third row is empty: all padding, no sequence.
+    assert not out["input_mask"][2].any() and not out["next_sentence_weights"][2].any()
+
+
+def _update(G, S, P, seed):
+    """G of the tests' tiny records (lengths 5..S), parsed: an update's unpacked features."""
+    rng = random.Random(seed)
+    records = [tiny.example(rng, seq=S, predictions=P, min_length=5) for _ in range(G)]
+    return {k: v.numpy() for k, v in schema.parse_examples(tf.constant(records), S, P).items()}
+
+
+def test_an_update_packs_into_fewer_rows_with_every_sequence_once():
+    S, P, B, W, k = 16, 4, 8, 2, 2
+    features = _update(W * k * B, S, P, seed=3)
+    batches = [m for r in range(W) for m in packing.pack_update(features, W, r, k, B)]
+    rows = {len(m["input_ids"]) for m in batches}
+    assert len(rows) == 1 and rows.pop() < B  # one row count, fewer rows than sequences
+    assert sum(float(m["next_sentence_weights"].sum()) for m in batches) == W * k * B
+    real = sum(int(m["input_mask"].sum()) for m in batches)
+    assert real == int(features["input_mask"].sum())
+    masked = sum(float(m["masked_lm_weights"].sum()) for m in batches)
+    assert masked == float(features["masked_lm_weights"].sum())
+    # Every sequence's token ids appear once, in one row, in order.
+    found = sorted(
+        tuple(m["input_ids"][r][m["sequence_ids"][r] == s])
+        for m in batches
+        for r in range(len(m["input_ids"]))
+        for s in range(1, packing.MAX_SEQUENCES + 1)
+        if (m["sequence_ids"][r] == s).any()
+    )
+    expected = sorted(tuple(ids[mask > 0]) for ids, mask in zip(features["input_ids"], features["input_mask"]))
+    assert found == expected
+
+
+def test_the_model_gives_packed_sequences_their_unpacked_outputs_losses_and_gradients():
+    from bert.pretraining import BertPretrainer
+    from training.pretraining_objective import PretrainingObjective
+
+    S, P, G = 16, 4, 12
+    features = _update(G, S, P, seed=5)
+    model = BertPretrainer(tiny.tiny_bert_config(dropout=False))
+    objective = PretrainingObjective()
+    (packed,) = packing.pack_update(features, 1, 0, 1, G)
+    assert len(packed["input_ids"]) < G
+
+    def run(batch):
+        batch = {k: tf.constant(v) for k, v in batch.items()}
+        with tf.GradientTape() as tape:
+            outputs = model(batch, training=True)
+            sums = objective(outputs, batch)
+            loss = sums["mlm_loss"] + sums["nsp_loss"]
+        return outputs, sums, objective.denominators(batch), tape.gradient(loss, model.trainable_variables)
+
+    padded_out, padded_sums, padded_counts, padded_grads = run(features)
+    packed_out, packed_sums, packed_counts, packed_grads = run(packed)
+    for name in padded_counts:
+        assert float(packed_counts[name]) == float(padded_counts[name])
+    for name in padded_sums:
+        np.testing.assert_allclose(float(packed_sums[name]), float(padded_sums[name]), rtol=1e-5, err_msg=name)
+    # Each prediction's logits where it went; each sequence's NSP logits from its own [CLS].
+    seq_ids = packed["sequence_ids"]
+    for r in range(len(packed["input_ids"])):
+        for slot in range(packing.MAX_SEQUENCES):
+            if not packed["next_sentence_weights"][r, slot]:
+                continue
+            ids = packed["input_ids"][r][seq_ids[r] == slot + 1]
+            g = next(
+                g for g in range(G) if tuple(features["input_ids"][g][features["input_mask"][g] > 0]) == tuple(ids)
+            )
+            np.testing.assert_allclose(
+                packed_out["nsp_logits"][r, slot], padded_out["nsp_logits"][g], rtol=1e-5, atol=1e-5
+            )
+    for padded, packed_grad, variable in zip(padded_grads, packed_grads, model.trainable_variables):
+        np.testing.assert_allclose(
+            tf.convert_to_tensor(packed_grad), tf.convert_to_tensor(padded), rtol=1e-4, atol=1e-6, err_msg=variable.path
+        )
