@@ -115,7 +115,9 @@ def test_an_update_packs_into_fewer_rows_with_every_sequence_once():
         for s in range(1, packing.MAX_SEQUENCES + 1)
         if (m["sequence_ids"][r] == s).any()
     )
-    expected = sorted(tuple(ids[mask > 0]) for ids, mask in zip(features["input_ids"], features["input_mask"]))
+    expected = sorted(
+        tuple(ids[mask > 0]) for ids, mask in zip(features["input_ids"], features["input_mask"])
+    )
     assert found == expected
 
 
@@ -143,7 +145,9 @@ def test_the_model_gives_packed_sequences_their_unpacked_outputs_losses_and_grad
     for name in padded_counts:
         assert float(packed_counts[name]) == float(padded_counts[name])
     for name in padded_sums:
-        np.testing.assert_allclose(float(packed_sums[name]), float(padded_sums[name]), rtol=1e-5, err_msg=name)
+        np.testing.assert_allclose(
+            float(packed_sums[name]), float(padded_sums[name]), rtol=1e-5, err_msg=name
+        )
     # Each prediction's logits where it went; each sequence's NSP logits from its own [CLS].
     seq_ids = packed["sequence_ids"]
     for r in range(len(packed["input_ids"])):
@@ -152,12 +156,18 @@ def test_the_model_gives_packed_sequences_their_unpacked_outputs_losses_and_grad
                 continue
             ids = packed["input_ids"][r][seq_ids[r] == slot + 1]
             g = next(
-                g for g in range(G) if tuple(features["input_ids"][g][features["input_mask"][g] > 0]) == tuple(ids)
+                g
+                for g in range(G)
+                if tuple(features["input_ids"][g][features["input_mask"][g] > 0]) == tuple(ids)
             )
             np.testing.assert_allclose(
                 packed_out["nsp_logits"][r, slot], padded_out["nsp_logits"][g], rtol=1e-5, atol=1e-5
             )
     for padded, packed_grad, variable in zip(padded_grads, packed_grads, model.trainable_variables):
         np.testing.assert_allclose(
-            tf.convert_to_tensor(packed_grad), tf.convert_to_tensor(padded), rtol=1e-4, atol=1e-6, err_msg=variable.path
+            tf.convert_to_tensor(packed_grad),
+            tf.convert_to_tensor(padded),
+            rtol=1e-4,
+            atol=1e-6,
+            err_msg=variable.path,
         )
