@@ -63,6 +63,7 @@ def define_flags(fv) -> None:
     flag("do_eval", "Evaluate on --eval_files at the end (rank 0): eval_results.json.")
     flag("max_eval_steps")
     flag("shuffle_buffer")
+    flag("packing")
 
 
 def _files(flag_values, name: str) -> str | None:

@@ -171,3 +171,61 @@ def test_the_model_gives_packed_sequences_their_unpacked_outputs_losses_and_grad
             atol=1e-6,
             err_msg=variable.path,
         )
+
+
+def _final_weights(output_dir):
+    reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(str(output_dir)))
+    names = [n for n in reader.get_variable_to_shape_map() if n.startswith(("bert/", "cls/"))]
+    return {n: reader.get_tensor(n) for n in names if not n.endswith(("/adam_m", "/adam_v"))}
+
+
+@pytest.mark.parametrize("masking", ["static", "dynamic"])
+def test_packed_training_ends_where_padded_and_binned_training_ends(tmp_path, capsys, masking):
+    """run_pretraining.py, dropout off, 6 updates of 2 micro-batches of 8 (records of 5 to 16
+    tokens in rows of 16): --packing ends with the weights of the padded and the binned run
+    within 1e-5, and each packed update computed fewer rows than sequences."""
+    import json
+
+    import run_pretraining
+
+    paths = tiny.setup(tmp_path / "data", per_file=60, dropout=False, min_length=5, masking=masking)
+    runs = {
+        "padded": {"bin_size": 0},
+        "binned": {"bin_size": 4},
+        "packed": {"bin_size": None, "packing": "true"},
+    }
+    for name, overrides in runs.items():
+        flags = tiny.flags(
+            paths,
+            tmp_path / name,
+            train_batch_size=8,
+            num_accumulation_steps=2,
+            num_train_steps=6,
+            save_checkpoints_steps=6,
+            do_eval="false",
+            use_xla="false",
+            **overrides,
+        )
+        assert run_pretraining.main(flags) == 0, name
+        # Packed updates ran as at most 8 rows for their 8 sequences a micro-batch, some fewer (the compiled
+        # shapes' first two axes: micro-batches x rows).
+        out = capsys.readouterr().out
+        if name == "packed":
+            shapes = [line.split()[3] for line in out.splitlines() if line.startswith("Compiled the update ")]
+            rows = [int(shape.split("x")[1]) for shape in shapes]  # never more than 8, some fewer
+            assert rows and max(rows) <= 8 and min(rows) < 8, out[-2000:]
+    padded = _final_weights(tmp_path / "padded")
+    for name in ("binned", "packed"):
+        other = _final_weights(tmp_path / name)
+        assert set(other) == set(padded)
+        for variable, value in padded.items():
+            np.testing.assert_allclose(
+                other[variable], value, rtol=0, atol=1e-5, err_msg=f"{name} {variable}"
+            )
+    with open(tmp_path / "packed" / "log.jsonl") as f:
+        logged = [json.loads(line) for line in f]
+    with open(tmp_path / "padded" / "log.jsonl") as f:
+        expected = [json.loads(line) for line in f]
+    assert [r["step"] for r in logged] == [r["step"] for r in expected]
+    for packed_row, padded_row in zip(logged, expected):
+        assert packed_row["loss"] == pytest.approx(padded_row["loss"], rel=1e-5)

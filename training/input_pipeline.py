@@ -153,6 +153,73 @@ def _record_lengths(max_seq_length):
     return lengths
 
 
+def _packed_updates(order, batch_size, num_workers, worker_index, accumulation, S, P, layout, masking):
+    """This worker's packed micro-batches (training/packing.py) of each update of `order`: the
+    update's W x k x B records' lengths and prediction counts (an upper bound for unmasked
+    records: masking's budget) decide the rows; only this worker's records are then parsed (and
+    masked by their positions in the order), and laid out in rows of S."""
+    import functools
+
+    from training import packing
+    from training.masking import budget
+
+    M = packing.MAX_SEQUENCES
+    G = batch_size * accumulation * num_workers
+    parse = _parse(S, P, 0, layout, masking)
+    plan = functools.partial(
+        packing.plan,
+        max_seq_length=S,
+        max_predictions_per_seq=P,
+        num_workers=num_workers,
+        worker_index=worker_index,
+        accumulation=accumulation,
+        batch_size=batch_size,
+    )
+    names = (*schema.FEATURE_NAMES, *packing.PACKED_FEATURES)
+    dtypes = {"masked_lm_weights": tf.float32, "next_sentence_weights": tf.float32}
+    Q = packing.row_predictions(P)
+    widths = {name: Q for name in ("masked_lm_positions", "masked_lm_ids", "masked_lm_weights")}
+    widths.update(dict.fromkeys(("cls_positions", "next_sentence_labels", "next_sentence_weights"), M))
+
+    def lay_out(rows, *values):
+        features = dict(zip(schema.FEATURE_NAMES, values))
+        stacked = packing.layouts(features, rows, M)
+        return tuple(stacked[name] for name in names)
+
+    def pack(*update):
+        serialized = update[-1]
+        spec = {schema.INPUT_MASK: tf.io.FixedLenFeature([S], tf.int64)}
+        if layout.masking == schema.STATIC:
+            spec[schema.MASKED_LM_WEIGHTS] = tf.io.FixedLenFeature([P], tf.float32)
+        parsed = tf.io.parse_example(serialized, spec)
+        lengths = tf.cast(tf.reduce_sum(parsed[schema.INPUT_MASK], axis=1), tf.int32)
+        if layout.masking == schema.STATIC:
+            predictions = tf.reduce_sum(tf.cast(parsed[schema.MASKED_LM_WEIGHTS] > 0, tf.int32), axis=1)
+        else:
+            predictions = budget(lengths, masking.masked_lm_prob, P)
+        rows = tf.numpy_function(lambda n, p: plan(n, p), [lengths, predictions], tf.int32, stateful=False)
+        rows.set_shape([accumulation, None, M])
+        flat = tf.reshape(rows, [-1])
+        taken = flat >= 0
+        chosen = tf.boolean_mask(flat, taken)  # this worker's records, in its rows' order
+        features = parse(*(tf.gather(part, chosen) for part in update))
+        local = tf.where(taken, tf.cumsum(tf.cast(taken, tf.int32)) - 1, -1)  # into `features`
+        arrays = tf.numpy_function(
+            lay_out,
+            [tf.reshape(local, tf.shape(rows)), *(features[name] for name in schema.FEATURE_NAMES)],
+            [dtypes.get(name, tf.int32) for name in names],
+            stateful=False,
+        )
+        out = {}
+        for name, value in zip(names, arrays):
+            value.set_shape([accumulation, None, widths.get(name, S)])
+            out[name] = value
+        return out
+
+    updates = order.batch(G, drop_remainder=True)
+    return updates.map(as_written(pack), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).unbatch()
+
+
 def training_dataset(
     files,
     batch_size,
@@ -169,6 +236,7 @@ def training_dataset(
     bin_size=0,
     masked_lm_prob=MASKED_LM_PROB,
     layout=None,
+    packing=False,
 ):
     """One worker's micro-batches of the global order of `files` (training/data_order.py), from
     sequence `start` of it, endless, each file checked first (unless `layout` says what
@@ -187,12 +255,16 @@ def training_dataset(
         accumulation) are sorted by length and dealt to the workers, each micro-batch cut to its
         bin length L (training/length_bins.py); 0: every micro-batch S long, every W-th to a worker.
       masked_lm_prob: unmasked records only: the masking probability (the seed is `seed`).
+      packing: each update's records packed into rows (training/packing.py); bin_size must be 0.
 
     Returns a tf.data.Dataset of dicts: input_ids, input_mask, segment_ids int32 [B, S] ([B, L]
     binned);
     masked_lm_positions, masked_lm_ids int32 [B, P]; masked_lm_weights float32 [B, P];
-    next_sentence_labels int32 [B, 1].
+    next_sentence_labels int32 [B, 1]. Packed: R rows instead of B (one R per update) and
+    training/packing.layout's features.
     """
+    if packing and bin_size:
+        raise ValueError("packing lays records out in rows of max_seq_length: bin_size must be 0.")
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
     layout = layout or schema.check_files(files, max_seq_length, max_predictions_per_seq)
@@ -202,6 +274,20 @@ def training_dataset(
     order = records_in_order(files, counts, seed=seed, window=window, start=start)
     if layout.masking == schema.DYNAMIC:
         order = order.enumerate(start=start)  # (position in the order, record): the masks' counter
+    if packing:
+        masking = Masking(masked_lm_prob, seed)
+        d = _packed_updates(
+            order,
+            batch_size,
+            num_workers,
+            worker_index,
+            accumulation,
+            max_seq_length,
+            max_predictions_per_seq,
+            layout,
+            masking,
+        )
+        return d.prefetch(tf.data.AUTOTUNE)
     d = worker_micro_batches(
         order,
         batch_size,

@@ -301,14 +301,18 @@ def _build_step(s: JobSettings, task, plan: Plan, dist, out):
         distributed=dist,
         jit_compile=s.use_xla,
         bin_lengths=bin_lengths(bin_size_of(s), s.max_seq_length),
+        row_counts=task.row_counts(s),
         trace_ahead=trace_ahead_of(s),
     )
 
 
 def bin_size_of(s: JobSettings) -> int:
-    """--bin_size as the job runs it (training.length_bins.resolved_bin_size)."""
+    """--bin_size as the job runs it (training.length_bins.resolved_bin_size); 0 with --packing,
+    whose rows are max_seq_length long."""
     from training.length_bins import resolved_bin_size
 
+    if getattr(s, "packing", False):
+        return 0
     return resolved_bin_size(s.bin_size, s.max_seq_length)
 
 
@@ -479,10 +483,12 @@ class Update:
         distributed,
         jit_compile: bool,
         bin_lengths: tuple[int, ...] = (),
+        row_counts: tuple[int, ...] = (),
         trace_ahead: bool = False,
     ):
         """The TrainStep (training/train_step.py) of `model` and `objective` with this update's
-        optimizer and schedule; `bin_lengths` and `trace_ahead` as TrainStep takes them."""
+        optimizer and schedule; `bin_lengths`, `row_counts` and `trace_ahead` as TrainStep takes
+        them."""
         from training.train_step import TrainStep
 
         return TrainStep(
@@ -493,6 +499,7 @@ class Update:
             distributed=distributed,
             jit_compile=jit_compile,
             bin_lengths=bin_lengths,
+            row_counts=row_counts,
             trace_ahead=trace_ahead,
         )
 

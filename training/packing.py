@@ -179,6 +179,43 @@ def layout(
     return out
 
 
+def plan(
+    lengths,
+    predictions,
+    max_seq_length: int,
+    max_predictions_per_seq: int,
+    num_workers: int,
+    worker_index: int,
+    accumulation: int,
+    batch_size: int,
+    max_sequences: int = MAX_SEQUENCES,
+) -> np.ndarray:
+    """Worker `worker_index`'s k micro-batches of one update as int32 [k, R, M]: the update's
+    sequences (indices into its G, in the global order; -1 for none) of each row. lengths,
+    predictions: int [G], real tokens and masked-LM predictions (an upper bound will do) of each."""
+    Q = row_predictions(max_predictions_per_seq, max_sequences)
+    rows = pack(lengths, predictions, max_seq_length, max_sequences, Q)
+    count, slots = deal(rows, lengths, num_workers, accumulation, batch_size)
+    out = np.full((accumulation, count, max_sequences), -1, np.int32)
+    for j in range(accumulation):
+        for n, r in enumerate(slots[j * num_workers + worker_index]):
+            out[j, n, : len(rows[r])] = rows[r]
+    return out
+
+
+def layouts(features: dict, rows: np.ndarray, max_sequences: int = MAX_SEQUENCES) -> dict:
+    """`layout` of each micro-batch of `rows` (int [k, R, M], indices into `features`, -1 for
+    none), stacked: {name: [k, R, ...]}."""
+    S = features["input_ids"].shape[1]
+    Q = row_predictions(features["masked_lm_positions"].shape[1], max_sequences)
+    count = rows.shape[1]
+    batches = [
+        layout(features, [[int(i) for i in row if i >= 0] for row in micro], count, S, max_sequences, Q)
+        for micro in rows
+    ]
+    return {name: np.stack([b[name] for b in batches]) for name in batches[0]}
+
+
 def pack_update(
     features: dict,
     num_workers: int,
@@ -189,13 +226,12 @@ def pack_update(
 ) -> list:
     """Worker `worker_index`'s k packed micro-batches (layout's dicts, R rows each) of one
     update's G = W x k x B unpacked features (numpy, in the global order)."""
-    S = features["input_ids"].shape[1]
-    Q = row_predictions(features["masked_lm_positions"].shape[1], max_sequences)
     lengths = features["input_mask"].sum(axis=1)
     predictions = (np.asarray(features["masked_lm_weights"]) > 0).sum(axis=1)
-    rows = pack(lengths, predictions, S, max_sequences, Q)
-    count, slots = deal(rows, lengths, num_workers, accumulation, batch_size)
-    return [
-        layout(features, [rows[r] for r in slots[j * num_workers + worker_index]], count, S, max_sequences, Q)
-        for j in range(accumulation)
-    ]
+    P = features["masked_lm_positions"].shape[1]
+    S = features["input_ids"].shape[1]
+    rows = plan(
+        lengths, predictions, S, P, num_workers, worker_index, accumulation, batch_size, max_sequences
+    )
+    stacked = layouts(features, rows, max_sequences)
+    return [{name: value[j] for name, value in stacked.items()} for j in range(accumulation)]

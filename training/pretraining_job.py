@@ -62,6 +62,12 @@ class PretrainingSettings(job.JobSettings):
     )
     # None: the whole evaluation set
     max_eval_steps: int | None = setting("count", 100, "Evaluation batches at most.")
+    packing: bool = setting(
+        "bool",
+        False,
+        "Pack each update's sequences into rows of --max_seq_length (each attending to itself "
+        "only): the same sequences per update, less padding computed; rows replace --bin_size's bins.",
+    )
     shuffle_buffer: int = setting(  # the data order's shuffle window
         "count",
         10000,
@@ -87,6 +93,10 @@ def validate(s: PretrainingSettings) -> None:
         raise UserError(
             f"--num_warmup_steps must be between 0 and --num_train_steps={s.num_train_steps} "
             f"(got {s.num_warmup_steps})."
+        )
+    if s.packing and s.bin_size:
+        raise UserError(
+            f"--packing lays sequences out in rows of --max_seq_length: drop --bin_size={s.bin_size}."
         )
     if s.max_predictions_per_seq > s.max_seq_length:
         raise UserError(
@@ -156,6 +166,11 @@ class PretrainingTask(Task):
     def validate_settings(self, s: PretrainingSettings) -> None:
         validate(s)
 
+    def row_counts(self, s: PretrainingSettings) -> tuple[int, ...]:
+        from training.packing import row_counts
+
+        return row_counts(s.train_batch_size) if s.packing else ()
+
     @property
     def objective(self):
         from training.pretraining_objective import PretrainingObjective
@@ -202,6 +217,7 @@ class PretrainingTask(Task):
                 bin_size=job.bin_size_of(s),
                 masked_lm_prob=masked_lm_prob_of(s),
                 layout=layout,
+                packing=s.packing,
             )
         if s.do_eval and dist.is_chief:
             eval_layout = check_files(eval_files, *shapes)

@@ -66,6 +66,10 @@ class Task(abc.ABC):
 
         validate_settings(s)
 
+    def row_counts(self, s) -> tuple[int, ...]:
+        """The row counts a packed micro-batch may have (training/packing.py); () unpacked."""
+        return ()
+
     @abc.abstractmethod
     def model_files(self, s, resume_from: str | None):
         """(BertConfig, vocab file or None) of the run; `resume_from` is the output directory's

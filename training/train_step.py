@@ -108,9 +108,11 @@ class TrainStep:
     bin_lengths: the lengths a micro-batch may be padded to (training.length_bins.bin_lengths);
     when there are several, the micro-batches of one update may differ in length and, with k > 1,
     each is its own compiled micro-step (see the module docstring).
+    row_counts: the row counts a packed micro-batch may have (training/packing.py: every
+    micro-batch of an update has the same count, so they stack); one program per count.
     trace_ahead: the first update first traces every program any update may run, for every bin
-    length, in one order and under settled names (training/compile_cache.py), so that
-    TensorFlow's persistent compilation cache serves a resumed run as it serves a new one.
+    length (or row count), in one order and under settled names (training/compile_cache.py), so
+    that TensorFlow's persistent compilation cache serves a resumed run as it serves a new one.
     """
 
     def __init__(
@@ -125,6 +127,7 @@ class TrainStep:
         loss_scale: DynamicLossScale | None = None,
         fp16_compression: bool | None = None,
         bin_lengths: tuple[int, ...] = (),
+        row_counts: tuple[int, ...] = (),
         trace_ahead: bool = False,
     ):
         if accumulation_steps < 1:
@@ -141,6 +144,7 @@ class TrainStep:
         self.loss_scale = loss_scale
         self.fp16_compression = loss_scale.enabled if fp16_compression is None else fp16_compression
         self.bin_lengths = tuple(bin_lengths)
+        self.row_counts = tuple(row_counts)
         self.micro_steps = len(self.bin_lengths) > 1 and accumulation_steps > 1
         self.trace_ahead = trace_ahead
         self._settled: set[str] = set()  # the kinds of program traced under settled names so far
@@ -165,8 +169,8 @@ class TrainStep:
         self._sum_scalars = step(lambda vector: self.distributed.sum([vector])[0])
         self._evaluate = step(self._evaluate_batch, jit_compile=jit_compile)
         self._predict = step(lambda features: self.model(features, training=False), jit_compile=jit_compile)
-        if len(self.bin_lengths) > 1:
-            # A trace per bin length is the design (at most max_seq_length / bin_size of them):
+        if len(self.bin_lengths) > 1 or len(self.row_counts) > 1:
+            # A trace per bin length (or row count) is the design (at most max_seq_length / bin_size of them):
             # TensorFlow's "calls ... triggered tf.function retracing" warning would say nothing
             # true, so these functions leave it out (the attribute TensorFlow's own loaded
             # SavedModel functions set).
@@ -347,14 +351,18 @@ class TrainStep:
         k = self.accumulation_steps
         started, traced = time.perf_counter(), 0
         self._settle("update")
-        for length in self.bin_lengths or (None,):
-            features = {
-                name: tf.TensorSpec(
-                    [*value.shape[:-1], length] if length and name in SEQUENCE_FEATURES else value.shape,
-                    value.dtype,
-                )
-                for name, value in batches[0].items()
-            }
+        shapes = [(length, None) for length in self.bin_lengths or (None,)]
+        if self.row_counts:
+            shapes = [(None, rows) for rows in self.row_counts]
+        for length, rows in shapes:
+            features = {}
+            for name, value in batches[0].items():
+                shape = list(value.shape)
+                if length and name in SEQUENCE_FEATURES:
+                    shape[-1] = length
+                if rows:
+                    shape[0] = rows
+                features[name] = tf.TensorSpec(shape, value.dtype)
             stacked = (
                 features
                 if k == 1
@@ -373,10 +381,10 @@ class TrainStep:
             traced += 1
         seconds = time.perf_counter() - started
         self.compile_seconds += seconds
-        lengths = len(self.bin_lengths) or 1
+        what = "row count" if self.row_counts else "bin length"
         self.traced_ahead = (
-            f"Traced the update's {traced} program{'s' * (traced > 1)} for {lengths} bin "
-            f"length{'s' * (lengths > 1)} "
+            f"Traced the update's {traced} program{'s' * (traced > 1)} for {len(shapes)} {what}"
+            f"{'s' * (len(shapes) > 1)} "
             f"ahead in {seconds:.1f} s (named as in every run: the XLA cache serves a resumed run)."
         )
 
