@@ -23,6 +23,7 @@ from launch.workers import UsageError
 from training.job import JobSettings
 from training.length_bins import bin_size_fits
 from training.preemption import STOP_FILE_NAME
+from training.pretraining_job import PretrainingSettings
 
 PHASE1_FRACTION = (9, 10)  # phase 1 runs train_steps * 9 // 10 updates
 # Where scripts/data_download.sh puts Google's uncased vocab (its default) under <root>/download/.
@@ -64,6 +65,7 @@ SETTINGS = (
         positional=False,
     ),
     Setting.of_field(JobSettings, "bin_size"),
+    Setting.of_field(PretrainingSettings, "packing"),
     Setting.of_field(JobSettings, "save_checkpoints_minutes", default=""),
 )
 

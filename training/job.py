@@ -293,6 +293,7 @@ def _build_step(s: JobSettings, task, plan: Plan, dist, out):
         lambda dtype: task.build_model(plan.config, dtype), seed=s.seed, precision=s.precision, rank=dist.rank
     )
     task.initialise(model, s, plan, out)
+    rows = task.row_counts(s)
     return plan.update.build(
         model,
         task.objective,
@@ -300,19 +301,17 @@ def _build_step(s: JobSettings, task, plan: Plan, dist, out):
         train_steps=plan.steps,
         distributed=dist,
         jit_compile=s.use_xla,
-        bin_lengths=bin_lengths(bin_size_of(s), s.max_seq_length),
-        row_counts=task.row_counts(s),
+        # Packed rows are max_seq_length long: their programs differ in row count instead.
+        bin_lengths=() if rows else bin_lengths(bin_size_of(s), s.max_seq_length),
+        row_counts=rows,
         trace_ahead=trace_ahead_of(s),
     )
 
 
 def bin_size_of(s: JobSettings) -> int:
-    """--bin_size as the job runs it (training.length_bins.resolved_bin_size); 0 with --packing,
-    whose rows are max_seq_length long."""
+    """--bin_size as the job runs it (training.length_bins.resolved_bin_size)."""
     from training.length_bins import resolved_bin_size
 
-    if getattr(s, "packing", False):
-        return 0
     return resolved_bin_size(s.bin_size, s.max_seq_length)
 
 

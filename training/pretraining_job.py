@@ -66,7 +66,8 @@ class PretrainingSettings(job.JobSettings):
         "bool",
         False,
         "Pack each update's sequences into rows of --max_seq_length (each attending to itself "
-        "only): the same sequences per update, less padding computed; rows replace --bin_size's bins.",
+        "only): the same sequences per update, less padding computed. --bin_size then shapes "
+        "evaluation batches only.",
     )
     shuffle_buffer: int = setting(  # the data order's shuffle window
         "count",
@@ -93,10 +94,6 @@ def validate(s: PretrainingSettings) -> None:
         raise UserError(
             f"--num_warmup_steps must be between 0 and --num_train_steps={s.num_train_steps} "
             f"(got {s.num_warmup_steps})."
-        )
-    if s.packing and s.bin_size:
-        raise UserError(
-            f"--packing lays sequences out in rows of --max_seq_length: drop --bin_size={s.bin_size}."
         )
     if s.max_predictions_per_seq > s.max_seq_length:
         raise UserError(
@@ -214,7 +211,7 @@ class PretrainingTask(Task):
                 window=s.shuffle_buffer,
                 count=lambda files: _record_counts(files, dist, out),
                 accumulation=plan.update.accumulation_steps,
-                bin_size=job.bin_size_of(s),
+                bin_size=0 if s.packing else job.bin_size_of(s),
                 masked_lm_prob=masked_lm_prob_of(s),
                 layout=layout,
                 packing=s.packing,
