@@ -1,10 +1,12 @@
-"""Padding computed or not: sequences/s and real-token fraction for --bin_size 0 / 32 / 64 / 128,
-side by side in one process, interleaved, repeated (training/length_bins.py).
+"""Padding computed or not: sequences/s and real-token fraction for --bin_size 0 / 32 / 64 / 128
+and, for pretraining, --packing (training/length_bins.py, training/packing.py), side by side in
+one process, interleaved, repeated.
 
     .venv/bin/python -m bench padding                       # everything (~20 min on 2 cores)
     .venv/bin/python -m bench padding --only pretraining    # or squad, glue
     .venv/bin/python -m bench padding --repeats 5 --updates 3 --bins 0,64
     .venv/bin/python -m bench padding --xla off             # TensorFlow graphs, one per shape
+    .venv/bin/python -m bench padding --only pretraining --model small   # L4/H512: attention's share
 
 Rows:
 - pretraining updates on real records: the quickstart corpus's phase-1 (seq 128) and phase-2 (seq
@@ -23,9 +25,11 @@ Rows:
   doc_stride 128, batch 8); GLUE prediction on SST-2-like short sentences (real sentences of the
   python_docs corpus cut to SST-2's length mix, max_seq_length 128, batch 32).
 
-The model is configs/bert_tiny.json (L2 H128; a bigger one changes the absolute figures, not
-which way the ratios go) with the records' vocabulary. The ratio column divides by the bin 0
-figure of the same row group, measured in the same rounds.
+The model is configs/bert_<--model>.json (default tiny: L2 H128; small is L4 H512, where
+attention's share of the work is nearer BERT's) with the records' vocabulary. The ratio column
+divides by the bin 0 figure of the same row group, measured in the same rounds. The "packed" row
+(pretraining, --packing on) lays each update out in rows of max_seq_length: its worker spread is
+1.00 by construction (every micro-batch of an update has the same rows).
 """
 
 from __future__ import annotations
@@ -99,14 +103,14 @@ def wikipedia_records(work_dir: str, xml_mb: float) -> tuple[dict, str]:
 # ----------------------------------------------------------------------------------- models
 
 
-def build_model(build, vocab_size: int, seq: int):
-    """A model of configs/bert_tiny.json sized to the vocab (dropout kept: the cost is real)."""
+def build_model(build, vocab_size: int, seq: int, model: str = "tiny"):
+    """A model of configs/bert_<model>.json sized to the vocab (dropout kept: the cost is real)."""
     import dataclasses
 
     from bert.config import read_config_file
     from training import job
 
-    config = read_config_file(os.path.join(ROOT, "configs", "bert_tiny.json"))
+    config = read_config_file(os.path.join(ROOT, "configs", f"bert_{model}.json"))
     config = dataclasses.replace(config, vocab_size=vocab_size, max_position_embeddings=max(512, seq))
     return job.build_model(lambda dtype: build(config, dtype), seed=1, precision="fp32", rank=0)
 
@@ -116,12 +120,17 @@ def vocab_size(vocab: str) -> int:
         return sum(1 for _ in f)
 
 
-def steps_for(model, objective, accumulation: int, bins: list[int], xla: bool, seq: int) -> dict:
-    """{bin: TrainStep} on one model: bin 0 the stacked update, the others the binned one; XLA
-    programs where `xla`, TensorFlow graphs where not."""
+PACKED = "packed"
+
+
+def steps_for(model, objective, accumulation: int, bins: list, xla: bool, seq: int, batch: int = 0) -> dict:
+    """{bin: TrainStep} on one model: bin 0 the stacked update, the others the binned one, PACKED
+    the packed one (micro-batches of `batch` sequences); XLA programs where `xla`, TensorFlow
+    graphs where not."""
     from training import job
     from training.distributed import Distributed
     from training.length_bins import bin_lengths
+    from training.packing import row_counts
 
     update = job.Update(1, accumulation, 1e-4, 1, "lamb")
     dist = Distributed(use_horovod=False)
@@ -133,7 +142,8 @@ def steps_for(model, objective, accumulation: int, bins: list[int], xla: bool, s
             train_steps=10**6,
             distributed=dist,
             jit_compile=xla,
-            bin_lengths=bin_lengths(b, seq),
+            bin_lengths=() if b == PACKED else bin_lengths(b, seq),
+            row_counts=row_counts(batch) if b == PACKED else (),
         )
         for b in bins
     }
@@ -201,7 +211,7 @@ def worker_spread(
     from training.input_pipeline import _record_lengths, record_counts
     from training.length_bins import bin_length, deal_by_length
 
-    if not bin_size:
+    if not bin_size or bin_size == PACKED:
         return 1.0
     g = WORKERS_FOR_SPREAD * accumulation * batch
     order = records_in_order(files, record_counts(files), seed=12345, window=10000)
@@ -224,22 +234,22 @@ def pretraining_rows(name: str, files: list, vocab: str, phase: int, recipe: str
 
     seq, predictions = paths.PHASE_SHAPES[phase]
     batch, k = RECIPES[recipe][phase]
-    model = build_model(lambda c, d: BertPretrainer(c, dtype=d), vocab_size(vocab), seq)
+    model = build_model(lambda c, d: BertPretrainer(c, dtype=d), vocab_size(vocab), seq, args.model)
     harness.log(f"pretraining {name} phase {phase}, {recipe} ({batch} x {k})")
-    steps = steps_for(model, PretrainingObjective(), k, args.bins, args.xla == "on", seq)
-    streams = {
-        b: (
-            steps[b],
-            Counting(
-                iter(training_dataset(files, batch, seq, predictions, accumulation=k, bin_size=b, seed=12345))
-            ),
+    kinds = [*args.bins, *([PACKED] if args.packing == "on" else [])]
+    steps = steps_for(model, PretrainingObjective(), k, kinds, args.xla == "on", seq, batch)
+
+    def stream(b):
+        bin_size, packing = (0, True) if b == PACKED else (b, False)
+        return training_dataset(
+            files, batch, seq, predictions, accumulation=k, bin_size=bin_size, seed=12345, packing=packing
         )
-        for b in args.bins
-    }
+
+    streams = {b: (steps[b], Counting(iter(stream(b)))) for b in kinds}
     results = compare(streams, batch * k * args.updates, args.repeats, args.updates, args.warmup)
     base = statistics.median(results[0]["rate"])
     rows = []
-    for b in args.bins:
+    for b in kinds:
         rate = statistics.median(results[b]["rate"])
         rows.append(
             [
@@ -272,7 +282,7 @@ def squad_rows(vocab: str, qa_dir: str, args) -> list:
     tokenizer = build_tokenizer(vocab_file=vocab, do_lower_case=True)
     train, _ = task.train_features(tokenizer, seq, seed=1, stream=open(os.devnull, "w"))
     arrays, _ = task.predict_features("predict", tokenizer, seq, stream=open(os.devnull, "w"))
-    model = build_model(lambda c, d: BertSpanModel(c, dtype=d), vocab_size(vocab), seq)
+    model = build_model(lambda c, d: BertSpanModel(c, dtype=d), vocab_size(vocab), seq, args.model)
     rows = []
     harness.log(f"SQuAD python_qa fine-tuning ({len(train['input_ids'])} windows)")
     steps = steps_for(model, SpanObjective(), 1, args.bins, args.xla == "on", seq)
@@ -378,7 +388,7 @@ def glue_rows(vocab: str, corpus: str, args) -> list:
 
     seq, batch = 128, 32
     arrays = sst2_like_arrays(corpus, vocab, args.glue_rows, seq)
-    model = build_model(lambda c, d: BertClassifier(c, 2, dtype=d), vocab_size(vocab), seq)
+    model = build_model(lambda c, d: BertClassifier(c, 2, dtype=d), vocab_size(vocab), seq, args.model)
     steps = steps_for(model, ClassificationObjective(), 1, args.bins, args.xla == "on", seq)
     return prediction_rows("GLUE SST-2-like (seq 128)", steps, arrays, batch, args, predict, ())
 
@@ -405,6 +415,18 @@ def parse_args(argv=None):
         help="size of the generated Wikipedia dump (0: no Wikipedia rows)",
     )
     p.add_argument("--only", choices=("pretraining", "squad", "glue"), action="append")
+    p.add_argument(
+        "--packing",
+        choices=("on", "off"),
+        default="on",
+        help="pretraining: a packed row beside the bins (training/packing.py) [on]",
+    )
+    p.add_argument(
+        "--model",
+        choices=sorted(f[5:-5] for f in os.listdir(os.path.join(ROOT, "configs")) if f.startswith("bert_")),
+        default="tiny",
+        help="configs/bert_<model>.json [tiny]",
+    )
     p.add_argument(
         "--recipes",
         type=harness.comma_list(choices=RECIPES),
@@ -448,7 +470,17 @@ def groups(args) -> list[dict]:
     shared = {
         "args": {
             k: getattr(args, k)
-            for k in ("bins", "repeats", "updates", "warmup", "glue_rows", "recipes", "xla")
+            for k in (
+                "bins",
+                "repeats",
+                "updates",
+                "warmup",
+                "glue_rows",
+                "recipes",
+                "xla",
+                "packing",
+                "model",
+            )
         }
     }
     quick = vocab = qa_dir = None
@@ -515,7 +547,7 @@ def main(argv=None) -> None:
     ]
     print(harness.markdown_table(headers, rows))
     print(
-        f"\n{harness.cpu_name()}, {harness.usable_cores()} cores; bert_tiny, fp32, {'XLA' if args.xla == 'on' else 'no XLA'}; medians (min-max) of "
+        f"\n{harness.cpu_name()}, {harness.usable_cores()} cores; bert_{args.model}, fp32, {'XLA' if args.xla == 'on' else 'no XLA'}; medians (min-max) of "
         f"{args.repeats} interleaved rounds of {args.updates} updates; {time.perf_counter() - started:.0f} s in all."
     )
     sys.stdout.flush()
