@@ -38,7 +38,8 @@ from common.kinds import PRECISIONS as KIND_PRECISIONS
 from common.progress import Progress
 
 # Shapes: B batch, S sequence, D hidden, N heads, H head size (D = N * H), I intermediate,
-# P masked positions (max predictions per sequence), V vocab. A batch's S is its longest example.
+# P masked positions (max predictions per sequence), V vocab, M sequences packed into a row.
+# A batch's S is its longest example.
 
 PROG = "extract_features"
 

@@ -6,7 +6,7 @@ one process, interleaved, repeated.
     .venv/bin/python -m bench padding --only pretraining    # or squad, glue
     .venv/bin/python -m bench padding --repeats 5 --updates 3 --bins 0,64
     .venv/bin/python -m bench padding --xla off             # TensorFlow graphs, one per shape
-    .venv/bin/python -m bench padding --only pretraining --model small   # L4/H512: attention's share
+    .venv/bin/python -m bench padding --only pretraining --phases 1 --model small   # L4/H512
 
 Rows:
 - pretraining updates on real records: the quickstart corpus's phase-1 (seq 128) and phase-2 (seq
@@ -416,6 +416,12 @@ def parse_args(argv=None):
     )
     p.add_argument("--only", choices=("pretraining", "squad", "glue"), action="append")
     p.add_argument(
+        "--phases",
+        type=harness.comma_list(int, choices=(1, 2)),
+        default="1,2",
+        help="pretraining phases to run (1: seq 128, 2: seq 512)",
+    )
+    p.add_argument(
         "--packing",
         choices=("on", "off"),
         default="on",
@@ -493,7 +499,7 @@ def groups(args) -> list[dict]:
         if args.xml_mb:
             sets.append(("generated Wikipedia", *wikipedia_records(args.work_dir, args.xml_mb)))
         for name, files, set_vocab in sets:
-            for phase in paths.PHASE_SHAPES:
+            for phase in args.phases:
                 for recipe in args.recipes:
                     specs.append(
                         {

@@ -8,7 +8,7 @@ from keras import ops
 from bert.config import BertConfig, as_bert_config
 
 # Shapes: B batch, S sequence, D hidden, N heads, H head size (D = N * H), I intermediate,
-# P masked positions (max predictions per sequence), V vocab.
+# P masked positions (max predictions per sequence), V vocab, M sequences packed into a row.
 
 # Added to the scores of padded keys. Google's value; large enough that exp() underflows to 0
 # in float32 softmax, small enough to stay finite in float16 before the float32 cast.

@@ -35,7 +35,7 @@ from bert.errors import BertError, BertFileNotFoundError
 from common.files import atomic_path, commit, temporary_name, write_json, write_text
 
 # Shapes: B batch, S sequence, D hidden, N heads, H head size (D = N * H), I intermediate,
-# P masked positions (max predictions per sequence), V vocab.
+# P masked positions (max predictions per sequence), V vocab, M sequences packed into a row.
 
 GOOGLE_CHECKPOINT_NAME = "bert_model.ckpt"
 HF_WEIGHTS_NAME = "model.safetensors"

@@ -12,7 +12,7 @@ from bert.encoder import BertEncoder, EncoderTaskModel
 from bert.heads import ClassifierHead, SpanHead
 
 # Shapes: B batch, S sequence, D hidden, N heads, H head size (D = N * H), I intermediate,
-# P masked positions (max predictions per sequence), V vocab.
+# P masked positions (max predictions per sequence), V vocab, M sequences packed into a row.
 
 
 @keras.saving.register_keras_serializable(package="bert")

@@ -8,7 +8,7 @@ from bert.config import as_bert_config
 from bert.layer_norm import LayerNorm
 
 # Shapes: B batch, S sequence, D hidden, N heads, H head size (D = N * H), I intermediate,
-# P masked positions (max predictions per sequence), V vocab.
+# P masked positions (max predictions per sequence), V vocab, M sequences packed into a row.
 
 
 @keras.saving.register_keras_serializable(package="bert")

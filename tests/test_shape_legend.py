@@ -10,9 +10,9 @@ from conftest import ROOT
 
 LEGEND = (
     "# Shapes: B batch, S sequence, D hidden, N heads, H head size (D = N * H), I intermediate,\n"
-    "# P masked positions (max predictions per sequence), V vocab."
+    "# P masked positions (max predictions per sequence), V vocab, M sequences packed into a row."
 )
-LETTERS = set("BSDNHIPV")
+LETTERS = set("BSDNHIPVM")
 FILES = sorted(glob.glob(os.path.join(ROOT, "bert", "*.py"))) + [os.path.join(ROOT, "extract_features.py")]
 
 
