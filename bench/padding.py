@@ -81,7 +81,8 @@ def quickstart_data_root(work_dir: str) -> str:
 
 
 def wikipedia_records(work_dir: str, xml_mb: float) -> tuple[dict, str]:
-    """({phase: training TFRecord files}, vocab) from a generated dump through NVIDIA's recipe."""
+    """({phase: training TFRecord files}, vocab) from a generated dump through NVIDIA's recipe
+    (its static, masked-when-written records)."""
     from bench import prep_scale
 
     data_dir = os.path.join(work_dir, f"wikipedia_{xml_mb:g}MB")
@@ -89,7 +90,9 @@ def wikipedia_records(work_dir: str, xml_mb: float) -> tuple[dict, str]:
     def files():
         return {
             p: sorted(
-                glob.glob(os.path.join(data_dir, f"tfrecord_seq{paths.PHASE_SHAPES[p][0]}", "training", "*"))
+                glob.glob(
+                    os.path.join(data_dir, f"tfrecord_seq{paths.PHASE_SHAPES[p][0]}_static", "training", "*")
+                )
             )
             for p in (1, 2)
         }
