@@ -59,20 +59,25 @@ def test_the_linters_fail_on_a_finding(tmp_path):
     assert "[lint] clean" not in output
 
 
-def test_run_sub_starts_one_task_per_gpu_in_the_container(tmp_path):
-    data = tmp_path / "data"
-    data.mkdir()
-    env = {
+def _run_sub_dry_run(tmp_path, **env):
+    """scripts/run.sub's dry run in a 2-node x 4-task allocation, data and results under tmp_path."""
+    allocation = {
         "BERT_DRY_RUN": "1",
         "SLURM_JOB_ID": "42",
         "SLURM_JOB_NUM_NODES": "2",
         "SLURM_NTASKS_PER_NODE": "4",
         "SLURM_SUBMIT_DIR": ROOT,
-        "CONT": "/shared/bert-tf2.sqsh",
-        "DATADIR": str(data),
+        "DATADIR": str(tmp_path / "data"),
         "RESULTSDIR": str(tmp_path / "results"),
+        **env,
     }
-    result = _bash("scripts/run.sub", "python", "run_pretraining.py", "--note", "two words", env=env)
+    return _bash("scripts/run.sub", "python", "run_pretraining.py", "--note", "two words", env=allocation)
+
+
+def test_run_sub_starts_one_task_per_gpu_in_the_container(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    result = _run_sub_dry_run(tmp_path, CONT="/shared/bert-tf2.sqsh")
     argv = _printed_command(result)
     assert "2 node(s) x 4 task(s) = 8 workers" in result.stdout
     assert argv[:3] == ["srun", "--mpi=pmix", "--ntasks-per-node=4"]
@@ -83,18 +88,7 @@ def test_run_sub_starts_one_task_per_gpu_in_the_container(tmp_path):
 
 
 def test_run_sub_without_a_container_starts_each_task_from_the_checkout(tmp_path):
-    env = {
-        "BERT_DRY_RUN": "1",
-        "SLURM_JOB_ID": "42",
-        "SLURM_JOB_NUM_NODES": "2",
-        "SLURM_NTASKS_PER_NODE": "4",
-        "SLURM_SUBMIT_DIR": ROOT,
-        "CONT": "none",
-        "BERT_PYTHON": "/opt/py/bin/python",
-        "DATADIR": str(tmp_path / "data"),
-        "RESULTSDIR": str(tmp_path / "results"),
-    }
-    result = _bash("scripts/run.sub", "python", "run_pretraining.py", "--note", "two words", env=env)
+    result = _run_sub_dry_run(tmp_path, CONT="none", BERT_PYTHON="/opt/py/bin/python")
     argv = _printed_command(result)
     assert f"2 node(s) x 4 task(s) = 8 workers; no container (CONT=none); code {ROOT}" in result.stdout
     assert argv[:3] == ["srun", "--mpi=pmix", "--ntasks-per-node=4"]
