@@ -108,6 +108,15 @@ def notice_after_step(command, output_dir, env, after: int, send, timeout_s: flo
     return process.returncode, time.monotonic() - sent, err
 
 
+def packed_rows(stdout: str) -> list[int]:
+    """The row counts R of the packed update programs a run's stdout reports compiling ("Compiled
+    the update k x R x S program ..."); fails when it reports none."""
+    shapes = [line.split()[3] for line in stdout.splitlines() if line.startswith("Compiled the update ")]
+    rows = [int(shape.split("x")[1]) for shape in shapes if shape.count("x") == 2]
+    assert rows, "no packed update program was compiled: " + stdout[-2000:]
+    return rows
+
+
 # Real English sentences (some as pairs) for parity checks: varied length, punctuation,
 # numbers, casing and an accent, so padding and the attention mask are exercised.
 SENTENCES = [

@@ -14,8 +14,9 @@ import tensorflow as tf
 
 import run_pretraining
 import tiny_pretraining as tiny
-from conftest import BIN, worker_env
+from conftest import BIN, notice_after_step, packed_rows, worker_env
 from training.data_order import GROUP_BATCHES, rows_in_order, worker_micro_batches
+from training.preemption import request_stop
 from training.length_bins import bin_length, by_length, deal_by_length, resolved_bin_size, trim
 
 HOROVODRUN = [os.path.join(BIN, "horovodrun"), "-np", "2", "-H", "localhost:2", "--gloo", sys.executable]
@@ -204,28 +205,48 @@ def test_an_update_of_alike_lengths_runs_stacked_at_its_longest():
 
 
 @pytest.mark.slow
-def test_binned_updates_on_two_horovod_workers_end_where_padded_ones_end(data, tmp_path):
+def test_binned_and_packed_updates_on_two_horovod_workers_end_where_padded_ones_end(data, tmp_path):
+    """Two Horovod workers, 2 micro-batches of 4 each per update, 8 updates: padded, binned and
+    packed (training/packing.py) end within 1e-5 of each other. The packed run is stopped by its
+    STOP file after update 2 and continued by one process (2 x 2 micro-batches of 4 keep the
+    global batch): packing on a changed worker count resumes to the same weights too."""
     env = worker_env()
     runs = {}
-    # Without XLA: the programs compiled per length are the single-worker runs' subject (above);
-    # here each of four workers would compile them at once.
-    for bin_size in (0, 4):
-        out = tmp_path / f"bin{bin_size}"
-        flags = tiny.flags(
-            data,
-            out,
-            bin_size=bin_size,
-            num_accumulation_steps=2,
-            num_train_steps=4,
-            use_horovod="true",
-            use_xla="false",
-        )
+
+    def command(out, **overrides):
+        # Without XLA: the programs compiled per length are the single-worker runs' subject (above);
+        # here each of four workers would compile them at once.
+        values = dict(num_accumulation_steps=2, num_train_steps=8, save_checkpoints_steps=4, use_xla="false")
+        return [run_pretraining.__file__, *tiny.flags(data, out, **{**values, **overrides})]
+
+    for name, overrides in {"padded": {"bin_size": 0}, "binned": {"bin_size": 4}}.items():
+        out = tmp_path / name
         done = subprocess.run(
-            [*HOROVODRUN, run_pretraining.__file__, *flags], env=env, capture_output=True, text=True
+            [*HOROVODRUN, *command(out, use_horovod="true", **overrides)], env=env, capture_output=True, text=True
         )
         assert done.returncode == 0, done.stderr[-3000:]
-        runs[bin_size] = _weights(out)
-    assert _largest_difference(runs[0], runs[4]) < 1e-5
+        runs[name] = _weights(out)
+    packed = tmp_path / "packed"
+    packing = {"bin_size": None, "packing": "true"}
+    status, _, err = notice_after_step(
+        [*HOROVODRUN, *command(packed, use_horovod="true", **packing)],
+        packed,
+        env,
+        2,
+        lambda process: request_stop(str(packed)),
+    )
+    assert status != 0 and "Stopped for a preemption notice (STOP file)" in err, err[-3000:]
+    stopped_at = int(tf.train.latest_checkpoint(str(packed)).rsplit("-", 1)[1])
+    assert 2 <= stopped_at < 8
+    done = subprocess.run(
+        [sys.executable, *command(packed, **packing)], env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "1 worker(s) x 4 sequences x 4 micro-batch(es) per update keep it" in done.stdout, done.stdout[-3000:]
+    assert min(packed_rows(done.stdout)) < 4  # some micro-batches of 4 sequences packed into fewer rows
+    runs["packed"] = _weights(packed)
+    assert _largest_difference(runs["padded"], runs["binned"]) < 1e-5
+    assert _largest_difference(runs["padded"], runs["packed"]) < 1e-5
 
 
 def test_binned_evaluation_equals_padded_evaluation(data, tmp_path):

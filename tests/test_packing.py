@@ -8,6 +8,7 @@ import pytest
 import tensorflow as tf
 
 import tiny_pretraining as tiny
+from conftest import packed_rows
 from data.pretraining import schema
 from training import packing
 
@@ -211,9 +212,8 @@ def test_packed_training_ends_where_padded_and_binned_training_ends(tmp_path, ca
         # shapes' first two axes: micro-batches x rows).
         out = capsys.readouterr().out
         if name == "packed":
-            shapes = [line.split()[3] for line in out.splitlines() if line.startswith("Compiled the update ")]
-            rows = [int(shape.split("x")[1]) for shape in shapes]  # never more than 8, some fewer
-            assert rows and max(rows) <= 8 and min(rows) < 8, out[-2000:]
+            rows = packed_rows(out)  # never more than 8, some fewer
+            assert max(rows) <= 8 and min(rows) < 8, out[-2000:]
     padded = _final_weights(tmp_path / "padded")
     for name in ("binned", "packed"):
         other = _final_weights(tmp_path / name)

@@ -3,7 +3,7 @@ same command run again ends with every variable of an uninterrupted run's final 
 Preemption: SIGTERM or SIGUSR1 to a worker (or to the launcher) stops every worker at the same
 update with a checkpoint and exit status 75; the same command run again ends with exactly the
 weights of a run that was never stopped. run_pretraining.py alone (the kill and the notice share
-one uninterrupted run per masking) and the pretraining launcher here (run_classifier.py's kill
+one uninterrupted run of each kind: static records in length bins, dynamic ones packed) and the pretraining launcher here (run_classifier.py's kill
 and notice in tests/test_finetuning_job.py, sharing one uninterrupted run); two
 Horovod workers with the notice sent to one of them in tests/test_resize.py, which shares those
 runs with a resume on one worker; scripts/run.sub under a real SLURM in tests/test_slurm.py."""
@@ -30,6 +30,7 @@ from conftest import (
     kill_after_step,
     logged_steps,
     notice_after_step,
+    packed_rows,
     pretraining_workspace,
     worker_env,
 )
@@ -85,33 +86,40 @@ class OneWorker(NamedTuple):
     env: dict
     cache: str | None  # the runs' own XLA cache directory, or None (the suite's)
     compiled: set  # the cache's files after the uninterrupted run
+    packing: bool  # --packing: the update's sequences packed into rows (training/packing.py)
 
     def command(self, output_dir, **overrides) -> list:
         # With their own cache, --trace_ahead as users get it: on, since a cache is in use.
         default = {"trace_ahead": None} if self.cache else {}
+        if self.packing:
+            default.update(packing="true", bin_size=None)
         return [sys.executable, *pretraining_command(self.data, output_dir, **default, **overrides)]
 
 
-@pytest.fixture(scope="module", params=["static", "dynamic"])
+@pytest.fixture(scope="module", params=["static", "dynamic, packed"])
 def one_worker(request, tmp_path_factory):
-    """The uninterrupted run of one masking, shared by the kill -9 and the SIGTERM test: dropout
-    on, accumulation 2, XLA. Dynamic records are masked as read, from their place in the order.
-    Static ones keep their compiled programs in their own XLA cache, where a run that starts after
-    the uninterrupted one, resumed or not, must add nothing: the same programs under the same
-    names, though a resumed run meets its bins' lengths in another order
-    (training/compile_cache.py)."""
-    root = tmp_path_factory.mktemp(f"one_worker_{request.param}")
-    data = tiny.setup(root / "data", files=2, per_file=60, masking=request.param)
+    """The uninterrupted run of one kind, shared by the kill -9 and the SIGTERM test: dropout
+    on, accumulation 2, XLA. Static records run in length bins and keep their compiled programs
+    in their own XLA cache, where a run that starts after the uninterrupted one, resumed or not,
+    must add nothing: the same programs under the same names, though a resumed run meets its
+    bins' lengths in another order (training/compile_cache.py). Dynamic records are masked as
+    read, from their place in the order, and packed into rows within each update (--packing):
+    the rows a resumed update packs are the uninterrupted run's."""
+    masking, _, packed = request.param.partition(", ")
+    root = tmp_path_factory.mktemp(f"one_worker_{masking}")
+    data = tiny.setup(root / "data", files=2, per_file=60, masking=masking)
     straight = root / "straight"
     env, cache = worker_env(), None
-    if request.param == "static":
+    if masking == "static":
         cache = str(root / "xla_cache")
         own = f"--tf_xla_persistent_cache_directory={cache}"
         env["TF_XLA_FLAGS"] = env["TF_XLA_FLAGS"].replace(XLA_CACHE_FLAG, own)
-    run = OneWorker(data, straight, env, cache, set())
+    run = OneWorker(data, straight, env, cache, set(), packing=bool(packed))
     result = subprocess.run(run.command(straight), env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-3000:]
     assert ("Traced the update's 9 programs for 4 bin lengths ahead" in result.stdout) == bool(cache)
+    if run.packing:
+        assert min(packed_rows(result.stdout)) < 128  # some of 128 sequences packed into fewer rows
     return run._replace(compiled=_cache_files(cache))
 
 
