@@ -16,8 +16,8 @@ import run_pretraining
 import tiny_pretraining as tiny
 from conftest import BIN, notice_after_step, packed_rows, worker_env
 from training.data_order import GROUP_BATCHES, rows_in_order, worker_micro_batches
-from training.preemption import request_stop
 from training.length_bins import bin_length, by_length, deal_by_length, resolved_bin_size, trim
+from training.preemption import request_stop
 
 HOROVODRUN = [os.path.join(BIN, "horovodrun"), "-np", "2", "-H", "localhost:2", "--gloo", sys.executable]
 
@@ -222,7 +222,10 @@ def test_binned_and_packed_updates_on_two_horovod_workers_end_where_padded_ones_
     for name, overrides in {"padded": {"bin_size": 0}, "binned": {"bin_size": 4}}.items():
         out = tmp_path / name
         done = subprocess.run(
-            [*HOROVODRUN, *command(out, use_horovod="true", **overrides)], env=env, capture_output=True, text=True
+            [*HOROVODRUN, *command(out, use_horovod="true", **overrides)],
+            env=env,
+            capture_output=True,
+            text=True,
         )
         assert done.returncode == 0, done.stderr[-3000:]
         runs[name] = _weights(out)
@@ -242,7 +245,9 @@ def test_binned_and_packed_updates_on_two_horovod_workers_end_where_padded_ones_
         [sys.executable, *command(packed, **packing)], env=env, capture_output=True, text=True
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "1 worker(s) x 4 sequences x 4 micro-batch(es) per update keep it" in done.stdout, done.stdout[-3000:]
+    assert "1 worker(s) x 4 sequences x 4 micro-batch(es) per update keep it" in done.stdout, done.stdout[
+        -3000:
+    ]
     assert min(packed_rows(done.stdout)) < 4  # some micro-batches of 4 sequences packed into fewer rows
     runs["packed"] = _weights(packed)
     assert _largest_difference(runs["padded"], runs["binned"]) < 1e-5
