@@ -23,7 +23,6 @@ from launch.workers import UsageError
 from training.job import JobSettings
 from training.length_bins import bin_size_fits
 from training.preemption import STOP_FILE_NAME
-from training.pretraining_job import PretrainingSettings
 
 PHASE1_FRACTION = (9, 10)  # phase 1 runs train_steps * 9 // 10 updates
 # Where scripts/data_download.sh puts Google's uncased vocab (its default) under <root>/download/.
@@ -65,7 +64,16 @@ SETTINGS = (
         positional=False,
     ),
     Setting.of_field(JobSettings, "bin_size"),
-    Setting.of_field(PretrainingSettings, "packing"),
+    *(
+        Setting(
+            f"packing_phase{n}",
+            "false",
+            "bool",
+            f"pack each update's sequences into rows of seq {seq} (--packing), phase {n}",
+            positional=False,
+        )
+        for n, seq in ((1, 128), (2, 512))
+    ),
     Setting.of_field(JobSettings, "save_checkpoints_minutes", default=""),
 )
 
@@ -324,6 +332,8 @@ def _phase_flags(phase: Phase, v: dict, paths: dict, init: str, workers: int) ->
         ("use_horovod", "true" if workers > 1 else "false"),
         ("do_train", "true"),
     ]
+    if v[f"packing_phase{phase.number}"]:
+        flags.append(("packing", "true"))
     if v["do_eval"]:
         flags += [("do_eval", "true"), ("eval_files", os.path.join(data, "test", "*"))]
     return flags
@@ -337,6 +347,7 @@ ORIGIN = {
     "output_dir": "results_dir",
     "init_checkpoint": "init_checkpoint",
     "use_horovod": "num_gpus",
+    "packing": "packing_phase1",
     "do_eval": "do_eval",
 }
 
@@ -375,6 +386,7 @@ def plan(launch, which: str) -> Plan:
             *workers.scaling(p.batch, p.learning_rate, p.accumulation),
             f"  warmup steps       = {p.warmup}",
             f"  precision          = {v['precision']}, xla {'on' if v['use_xla'] else 'off'}",
+            f"  packing            = {'on' if v[f'packing_phase{n}'] else 'off'}",
             f"  data               = {paths[f'phase{n}_data']}",
             f"  output             = {phase_output(paths['results_dir'], n)}",
         ]

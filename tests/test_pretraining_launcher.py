@@ -216,6 +216,9 @@ def test_each_preset_resolves_to_its_values(preset):
         assert cmd["bert_config_file"].endswith(f"bert_{values['bert_model']}.json")
         assert cmd["use_horovod"] == ("true" if int(values["num_gpus"]) > 1 else "false")
         assert cmd["bin_size"] == values.get("bin_size", "64")
+        packed = values.get(f"packing_phase{n}", "false") == "true"
+        assert cmd.get("packing") == ("true" if packed else None)
+        assert phases[n]["packing"] == ("on" if packed else "off")
     workers = int(values["num_gpus"])
     global_batch = {
         n: int(values[f"train_batch_size_phase{n}"])
@@ -228,6 +231,18 @@ def test_each_preset_resolves_to_its_values(preset):
     assert (
         int(phases[2]["steps"]) == (int(values["train_steps"]) - steps1) * global_batch[1] // global_batch[2]
     )
+
+
+def test_packing_is_set_per_phase_and_reaches_that_phase_alone():
+    settings, phases, commands = dry_run("--packing_phase1=true")
+    assert (
+        settings["packing_phase1"] == ("true", "--packing_phase1")
+        and settings["packing_phase2"][0] == "false"
+    )
+    assert flags(commands[1])["packing"] == "true" and "packing" not in flags(commands[2])
+    assert (phases[1]["packing"], phases[2]["packing"]) == ("on", "off")
+    _, _, commands = dry_run("--packing_phase2=true")
+    assert "packing" not in flags(commands[1]) and flags(commands[2])["packing"] == "true"
 
 
 def test_nvidia_preset_is_nvidias_defaults():
