@@ -339,15 +339,16 @@ def _phase_flags(phase: Phase, v: dict, paths: dict, init: str, workers: int) ->
     return flags
 
 
+# The setting or path behind each flag a phase's command gets ({n}: the phase's number).
 ORIGIN = {
     "bert_config_file": "bert_config",
     "vocab_file": "vocab_file",
-    "input_files": "phase1_data",
-    "eval_files": "phase1_data",
+    "input_files": "phase{n}_data",
+    "eval_files": "phase{n}_data",
     "output_dir": "results_dir",
     "init_checkpoint": "init_checkpoint",
     "use_horovod": "num_gpus",
-    "packing": "packing_phase1",
+    "packing": "packing_phase{n}",
     "do_eval": "do_eval",
 }
 
@@ -367,7 +368,10 @@ def plan(launch, which: str) -> Plan:
     }
     commands = {
         n: launch.command(
-            [(f, x, ORIGIN.get(f, "")) for f, x in _phase_flags(phases[n], v, paths, init[n], workers.count)]
+            [
+                (f, x, ORIGIN.get(f, "").format(n=n))
+                for f, x in _phase_flags(phases[n], v, paths, init[n], workers.count)
+            ]
         )
         for n in run_phases
     }

@@ -245,6 +245,17 @@ def test_packing_is_set_per_phase_and_reaches_that_phase_alone():
     assert "packing" not in flags(commands[1]) and flags(commands[2])["packing"] == "true"
 
 
+def test_a_flag_after_dashes_that_contradicts_a_phase_setting_names_that_phases_setting():
+    result = launch("--dry_run", "--packing_phase2=true", "--", "--packing=false")
+    assert result.returncode == 2
+    assert (
+        "--packing after -- would contradict the launcher's own --packing; set --packing_phase2=VALUE instead."
+    ) in result.stderr
+    result = launch("--dry_run", "--", "--input_files=other/*")
+    assert result.returncode == 2
+    assert "set --phase1_data=PATH or PHASE1_DATA instead." in result.stderr, result.stderr
+
+
 def test_nvidia_preset_is_nvidias_defaults():
     assert [
         preset_file_values(os.path.join(PRESETS, "nvidia_dgx_a100_8gpu_large.conf"))[n] for n in POSITIONAL
