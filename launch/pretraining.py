@@ -69,10 +69,10 @@ SETTINGS = (
             f"packing_phase{n}",
             "false",
             "bool",
-            f"pack each update's sequences into rows of seq {seq} (--packing), phase {n}",
+            f"pack each update's sequences into rows of seq {PHASE_SHAPES[n][0]} (--packing), phase {n}",
             positional=False,
         )
-        for n, seq in ((1, 128), (2, 512))
+        for n in (1, 2)
     ),
     Setting.of_field(JobSettings, "save_checkpoints_minutes", default=""),
 )

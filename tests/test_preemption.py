@@ -3,10 +3,11 @@ same command run again ends with every variable of an uninterrupted run's final 
 Preemption: SIGTERM or SIGUSR1 to a worker (or to the launcher) stops every worker at the same
 update with a checkpoint and exit status 75; the same command run again ends with exactly the
 weights of a run that was never stopped. run_pretraining.py alone (the kill and the notice share
-one uninterrupted run of each kind: static records in length bins, dynamic ones packed) and the pretraining launcher here (run_classifier.py's kill
-and notice in tests/test_finetuning_job.py, sharing one uninterrupted run); two
-Horovod workers with the notice sent to one of them in tests/test_resize.py, which shares those
-runs with a resume on one worker; scripts/run.sub under a real SLURM in tests/test_slurm.py."""
+one uninterrupted run of each kind: static records in length bins, dynamic ones packed) and the
+pretraining launcher here (run_classifier.py's kill and notice in tests/test_finetuning_job.py,
+sharing one uninterrupted run); two Horovod workers with the notice sent to one of them in
+tests/test_resize.py, which shares those runs with a resume on one worker; scripts/run.sub under a
+real SLURM in tests/test_slurm.py."""
 
 import json
 import os
