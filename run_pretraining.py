@@ -64,6 +64,8 @@ def define_flags(fv) -> None:
     flag("max_eval_steps")
     flag("shuffle_buffer")
     flag("packing")
+    for name in ("on_divergence", "rollback_skip_updates", "max_rollbacks"):
+        flag(name)
 
 
 def _files(flag_values, name: str) -> str | None:

@@ -118,7 +118,7 @@ class TaggingTask(Task):
     def initialise(self, model, s, plan, out):
         self.calls.append("initialise")
 
-    def training_batches(self, s, plan, dist):
+    def training_batches(self, s, plan, dist, start):
         self.calls.append("training_batches")
         return iter(
             training_dataset(
@@ -127,7 +127,7 @@ class TaggingTask(Task):
                 num_workers=dist.size,
                 worker_index=dist.rank,
                 seed=s.seed,
-                start=plan.start_sequence,
+                start=start,
             )
         )
 

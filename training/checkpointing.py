@@ -300,7 +300,7 @@ class Checkpointer:
     """Saves and restores everything that decides a run's future.
 
     step: the TrainStep (its model, optimizer and loss scale). position: the data order's
-    training.data_order.Position (its `sequences` saved, its `start` checked at restore), or None.
+    training.data_order.Position (its `sequences` saved, its `restored` checked at restore), or None.
     update: the job's training.job.Update (its global batch and learning-rate worker count saved
     for a resume on another worker count), or None. keep: how many checkpoints to keep (the newest).
     log: where rank 0's sentences about damaged checkpoints go (stderr by default).
@@ -562,9 +562,9 @@ class Checkpointer:
         worker's dropout seeds; returns the step. A checkpoint for another model or optimizer is
         a UserError; one from another worker count is fine (see the module docstring)."""
         state = read_run_state(prefix)
-        if self.position is not None and self.position.start != state.sequences:
+        if self.position is not None and self.position.restored != state.sequences:
             raise UserError(
-                f"The input was positioned at sequence {self.position.start} but {prefix} holds "
+                f"The input was positioned at sequence {self.position.restored} but {prefix} holds "
                 f"{state.sequences}: the checkpoints of {self.output_dir} changed while this run started."
             )
         reader = tf.train.load_checkpoint(prefix)

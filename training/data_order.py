@@ -22,6 +22,8 @@ records of the window before the position are dropped. Nothing in an epoch is sk
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import tensorflow as tf
 
@@ -185,12 +187,24 @@ def worker_micro_batches(
 
 class Position:
     """The sequences of the global order that every worker together has taken: `start` (where
-    the run began) plus batch_size x workers per micro-batch each worker took through `counted`.
-    The checkpointer saves `sequences` at an update boundary, where every worker took as many."""
+    the input began) plus batch_size x workers per micro-batch each worker took through `counted`.
+    The checkpointer saves `sequences` at an update boundary, where every worker took as many.
 
-    def __init__(self, start: int, batch_size: int, workers: int):
+    `restored`: the position of the checkpoint the run continues from (checked at restore),
+    `start` unless a divergence rollback (training/rollback.py) skipped the order from there on."""
+
+    def __init__(self, start: int, batch_size: int, workers: int, restored: int | None = None):
         self.start = self.sequences = int(start)
+        self.restored = self.start if restored is None else int(restored)
         self.per_micro_batch = batch_size * workers
+
+    def skipped_to(self, start: int, restored: int) -> "Position":
+        """This position's counting for an input that starts at `start` after a checkpoint at
+        `restored` (a rollback's skip)."""
+        moved = copy.copy(self)
+        moved.start = moved.sequences = int(start)
+        moved.restored = int(restored)
+        return moved
 
     def counted(self, micro_batches):
         """Yields this worker's micro-batches, counting each one taken."""

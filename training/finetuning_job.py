@@ -287,7 +287,7 @@ class FineTuningTask(Task):
         elif not plan.resume_from:
             print("No --init_checkpoint: the encoder starts from random weights.", file=out)
 
-    def training_batches(self, s: FineTuningSettings, plan: job.Plan, dist):
+    def training_batches(self, s: FineTuningSettings, plan: job.Plan, dist, start: int):
         return iter(
             training_dataset(
                 plan.data.train_arrays,
@@ -295,7 +295,7 @@ class FineTuningTask(Task):
                 num_workers=dist.size,
                 worker_index=dist.rank,
                 seed=s.seed,
-                start=plan.start_sequence,
+                start=start,
                 accumulation=plan.update.accumulation_steps,
                 bin_size=job.bin_size_of(s),
                 group_by_length=s.group_by_length,

@@ -152,6 +152,7 @@ class Plan:
     update: "Update"
     start_sequence: int  # of the data order, where training continues
     resume_from: str | None  # the output directory's latest checkpoint
+    restored_sequence: int = 0  # resume_from's data position (start_sequence unless a rollback skipped)
     steps: int = 0  # updates to train for (0 without --do_train)
     warmup: int = 0
     data: object = None  # the task's (training.task.Prepared.data)
@@ -250,8 +251,14 @@ def plan(s: JobSettings, task, dist, out) -> Plan:
     update, start = task.update(s, dist.size), 0
     if s.do_train:
         update, start = continue_update(update, resume_from, out)
+    restored, start = start, past_rollbacks(s.output_dir, resume_from, start, out)
     p = Plan(
-        config=config, vocab_file=vocab_file, update=update, start_sequence=start, resume_from=resume_from
+        config=config,
+        vocab_file=vocab_file,
+        update=update,
+        start_sequence=start,
+        resume_from=resume_from,
+        restored_sequence=restored,
     )
     prepared = task.prepare(s, p, dist, out)
     p.data, p.steps, p.warmup = prepared.data, prepared.steps, prepared.warmup
@@ -270,6 +277,25 @@ def plan(s: JobSettings, task, dist, out) -> Plan:
         report(task.title, p.resolved, out, path if s.do_train or not os.path.exists(path) else None)
         write_model_files(config, vocab_file, s.output_dir)
     return p
+
+
+def past_rollbacks(output_dir: str, resume_from: str | None, sequences: int, stream) -> int:
+    """Where the input continues from checkpoint `resume_from` at data position `sequences`: past
+    the window a divergence rollback to it skipped (training/rollback.py; a sentence on `stream`),
+    else `sequences`."""
+    if not resume_from:
+        return sequences
+    from training.checkpointing import checkpoint_step
+    from training.rollback import ROLLBACKS_NAME, resume_position
+
+    start, record = resume_position(output_dir, checkpoint_step(resume_from), sequences)
+    if record is not None:
+        print(
+            f"{resume_from} is where a divergence at step {record['diverged_step']} was rolled back "
+            f"to ({ROLLBACKS_NAME}): the input continues at sequence {start}, past the skipped window.",
+            file=stream,
+        )
+    return start
 
 
 def check_model_files(config, vocab_file: str | None, max_seq_length: int, config_source: str) -> None:
@@ -326,10 +352,10 @@ def _train(s: JobSettings, task, plan: Plan, step, out, tracker=None, launcher=N
     from training.data_order import Position
 
     dist = step.distributed
-    batches = task.training_batches(s, plan, dist)
+    batches = task.training_batches(s, plan, dist, plan.start_sequence)
     training = resume_training(
         step,
-        Position(plan.start_sequence, s.train_batch_size, dist.size),
+        Position(plan.start_sequence, s.train_batch_size, dist.size, restored=plan.restored_sequence),
         plan.update,
         output_dir=s.output_dir,
         train_steps=plan.steps,
@@ -341,6 +367,19 @@ def _train(s: JobSettings, task, plan: Plan, step, out, tracker=None, launcher=N
         launcher=launcher,
     )
     task.resumed(plan, training.start, out)
+    rollback, policy = None, task.rollback(s)
+    if policy is not None:
+        from training.rollback import Rollback
+
+        skip_updates, max_rollbacks = policy
+        rollback = Rollback(
+            s.output_dir,
+            lambda start: task.training_batches(s, plan, dist, start),
+            global_batch=plan.update.global_batch_size,
+            skip_updates=skip_updates,
+            max_rollbacks=max_rollbacks,
+            distributed=dist,
+        )
     metrics = training.run(
         step,
         batches,
@@ -348,6 +387,7 @@ def _train(s: JobSettings, task, plan: Plan, step, out, tracker=None, launcher=N
         save_checkpoints_steps=s.save_checkpoints_steps,
         save_checkpoints_minutes=s.save_checkpoints_minutes,
         periodic=task.periodic(s, plan, step, training.log, out),
+        rollback=rollback,
     )
     return metrics, training.log
 
@@ -568,9 +608,11 @@ class Training:
         save_checkpoints_steps: int,
         save_checkpoints_minutes: float | None = None,
         periodic=None,
+        rollback=None,
     ):
         """loop.train over this worker's `micro_batches` (from the position's start) with the
-        preemption notices and the watchdog in force; the last metrics."""
+        preemption notices and the watchdog in force, and `rollback` (a
+        training.rollback.Rollback, or None) for a divergence; the last metrics."""
         from training import loop
 
         with self.stop, self.watchdog:
@@ -585,6 +627,7 @@ class Training:
                 periodic=periodic,
                 stop=self.stop,
                 watchdog=self.watchdog,
+                rollback=rollback,
             )
 
 

@@ -13,7 +13,9 @@ last step, and, with `save_checkpoints_minutes`, at the first step the host read
 once that many minutes passed since the last checkpoint or the start, by worker 0's clock, so
 every worker saves at the same update. An update whose loss or gradients are not finite stops the run when the loss is
 not scaled (fp32, bf16), and in fp16 when even a loss scale of 1 overflows: the update was not
-applied and nothing is saved, so the last checkpoint holds the last good weights.
+applied and nothing is saved, so the last checkpoint holds the last good weights. With a
+training.rollback.Rollback (--on_divergence=rollback) every worker instead goes back to that
+checkpoint, skips the data that led to the divergence and trains on, until --max_rollbacks.
 """
 
 from __future__ import annotations
@@ -54,12 +56,25 @@ def resume(checkpointer, step) -> int:
     return start
 
 
-def _diverged(checkpointer, at_step: int, metrics: dict, why: str) -> TrainingDivergedError:
+def _divergence(metrics: dict, scale_before: float) -> str | None:
+    """Why an update that was not applied means the run diverged, or None for fp16's normal
+    skip (the loss scale halves and the update is retried)."""
+    if not metrics["loss_scale_enabled"]:
+        return "The loss is not finite"
+    if scale_before <= 1.0:
+        return "The float16 gradients overflow even with a loss scale of 1"
+    return None
+
+
+def _diverged(
+    checkpointer, at_step: int, metrics: dict, why: str, refusal: str | None = None
+) -> TrainingDivergedError:
     latest = checkpointer.latest()
     good = f"the last good checkpoint is {latest}" if latest else "no checkpoint was written yet"
+    instead = f"; it is not rolled back: {refusal}" if refusal and latest else ""
     return TrainingDivergedError(
-        f"{why} at step {at_step} (loss {metrics['loss']}); the update was not applied and {good}: "
-        "lower --learning_rate or raise --num_warmup_steps, then re-run from there."
+        f"{why} at step {at_step} (loss {metrics['loss']}){instead}; the update was not applied and "
+        f"{good}: lower --learning_rate or raise --num_warmup_steps, then re-run from there."
     )
 
 
@@ -123,6 +138,7 @@ def train(
     periodic=None,
     stop=None,
     watchdog=None,
+    rollback=None,
 ) -> dict | None:
     """Runs updates from optimizer.iterations to `num_train_steps`; returns the last metrics
     (None when there was nothing left to do).
@@ -139,6 +155,10 @@ def train(
 
     watchdog: training.watchdog.Watchdog (or None): beaten at each update boundary; a worker lost
     to Horovod (its shutdown error) becomes the watchdog's WorkersLost sentence.
+
+    rollback: training.rollback.Rollback (or None: a divergence stops the run). A diverged update
+    rolls every worker back to the newest checkpoint, past the data that led to it, unless the
+    rollback refuses (no checkpoint yet, --max_rollbacks reached): then the run stops.
 
     micro_batches: an iterator of feature dicts (this worker's input, counted by the
     checkpointer's training.data_order.Position, whose count the checkpoints keep). Every worker runs this function; only rank 0 writes the checkpoint
@@ -165,8 +185,7 @@ def train(
             num_train_steps,
             (save_checkpoints_steps, _SaveClock(save_checkpoints_minutes, checkpointer.distributed)),
             periodic,
-            stop,
-            watchdog,
+            (stop, watchdog, rollback),
         )
     except Exception as error:
         from training.watchdog import is_horovod_shutdown
@@ -178,10 +197,11 @@ def train(
         log.close()
 
 
-def _updates(step, micro_batches, checkpointer, log, num_train_steps, saving, periodic, stop, watchdog):
+def _updates(step, micro_batches, checkpointer, log, num_train_steps, saving, periodic, guards):
     """train's loop (see there); returns the last metrics. `saving`: (save_checkpoints_steps,
-    the _SaveClock)."""
+    the _SaveClock); `guards`: (stop, watchdog, rollback)."""
     save_checkpoints_steps, clock = saving
+    stop, watchdog, rollback = guards
     every = (log.log_every, save_checkpoints_steps) + ((periodic[0],) if periodic else ())
     current = start = int(step.optimizer.iterations)
     metrics = None
@@ -189,7 +209,7 @@ def _updates(step, micro_batches, checkpointer, log, num_train_steps, saving, pe
     while current < num_train_steps:
         target = _next_read(current, current == start, every, num_train_steps)
         started, compiling = time.perf_counter(), step.compile_seconds
-        dispatched, stopping = [], False
+        dispatched, ends, stopping = [], [], False
         while len(dispatched) < target - current:
             if stop is not None and stop.stop_now():
                 stopping = True
@@ -197,32 +217,40 @@ def _updates(step, micro_batches, checkpointer, log, num_train_steps, saving, pe
             if watchdog is not None:  # every worker got here: they just agreed on the flag
                 watchdog.beat(current + len(dispatched))
             dispatched.append(step.dispatch(micro_batches))
+            ends.append(checkpointer.position.sequences if checkpointer.position else 0)
         results = step.read(dispatched) if dispatched else []
         applied = sum(r["applied"] for r in results)
         # Programs compiled for a new shape (binned input) are reported, not counted as training.
         compiling = step.compile_seconds - compiling
         seconds = max(time.perf_counter() - started - compiling, 0.0) / max(applied, 1)
         log.record_compiled(step.compiled, step.traced_ahead)
-        for metrics in results:
-            if not metrics["applied"]:
-                if not metrics["loss_scale_enabled"]:
-                    raise _diverged(checkpointer, current + 1, metrics, "The loss is not finite")
-                if scale_before <= 1.0:
-                    raise _diverged(
-                        checkpointer,
-                        current + 1,
-                        metrics,
-                        "The float16 gradients overflow even with a loss scale of 1",
-                    )
-                scale_before = metrics["loss_scale"]
-                continue
+        rolled_back = False
+        for metrics, end in zip(results, ends):
+            why = None if metrics["applied"] else _divergence(metrics, scale_before)
+            if why is not None:
+                refusal = rollback.refusal(checkpointer.latest()) if rollback else None
+                if rollback is None or refusal is not None:
+                    raise _diverged(checkpointer, current + 1, metrics, why, refusal)
+                # The updates queued after this one are dropped with the weights they changed.
+                micro_batches, current = rollback(
+                    checkpointer,
+                    step,
+                    log,
+                    diverged_step=current + 1,
+                    why=why,
+                    loss=metrics["loss"],
+                    window_end=end,
+                )
+                scale_before, rolled_back = float(step.loss_scale.scale.numpy()), True
+                break
             scale_before = metrics["loss_scale"]
-            current += 1
-            log.record(current, metrics, seconds)
+            if metrics["applied"]:
+                current += 1
+                log.record(current, metrics, seconds)
         if stopping:
             raise _preempted(checkpointer, stop, start, current)
-        if current < target:
-            continue  # skipped fp16 updates left it short: queue the missing ones
+        if current < target or rolled_back:
+            continue  # skipped fp16 updates left it short (queue the missing ones), or rolled back
         # Every worker evaluates this alike (the clock's answer is worker 0's).
         if current % save_checkpoints_steps == 0 or current == num_train_steps or clock.due():
             checkpointer.save(current)

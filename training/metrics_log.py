@@ -2,7 +2,8 @@
 and NVIDIA's closing "Throughput Average (sequences/sec)" over steady steps.
 
     <output_dir>/log.jsonl          one JSON object per logged step; {"step", "eval": {...}} for an
-                                    evaluation during training (fine-tuning's --eval_every_n_steps)
+                                    evaluation during training (fine-tuning's --eval_every_n_steps);
+                                    {"step", "rollback": {...}} for a divergence rolled back to step
     <output_dir>/tensorboard/       tf.summary event files (train/..., eval/...)
 
 Throughput counts only steady updates: the first update of a process (it compiles the XLA
@@ -117,12 +118,18 @@ class MetricsLog:
         self._file = None
         self._writer = None
         if enabled:
-            path = os.path.join(output_dir, LOG_NAME)
-            kept = [e for e in read_log(path) if e.get("step", 0) <= start_step]
-            with atomic_write(path) as f:
-                for entry in kept:
-                    f.write(json.dumps(entry) + "\n")
-            self._file = open(path, "a", encoding="utf-8")
+            self._keep_through(start_step)
+
+    def _keep_through(self, step: int) -> None:
+        """log.jsonl rewritten without its lines past `step` and opened to append."""
+        if self._file is not None:
+            self._file.close()
+        path = os.path.join(self.output_dir, LOG_NAME)
+        kept = [e for e in read_log(path) if e.get("step", 0) <= step]
+        with atomic_write(path) as f:
+            for entry in kept:
+                f.write(json.dumps(entry) + "\n")
+        self._file = open(path, "a", encoding="utf-8")
 
     def _scalars(self, step: int, prefix: str, values: dict) -> None:
         """TensorBoard scalars through tf.summary.write: tf.summary.scalar needs the tensorboard
@@ -209,6 +216,26 @@ class MetricsLog:
             self._file.flush()
             if self.tracker is not None:
                 self.tracker.metrics(step, results)
+
+    def record_rollback(self, record: dict, sentence: str) -> None:
+        """A divergence rolled back to the checkpoint of record["step"] (training/rollback.py):
+        log.jsonl loses the lines of the undone updates, as a resumed run's does, and gains
+        {"step", "rollback": record}; TensorBoard's rollback/ scalars and the tracker's at the
+        diverged step; `sentence` printed."""
+        if not self.enabled:
+            return
+        self._keep_through(record["step"])
+        self._file.write(json.dumps({"step": record["step"], "rollback": record}) + "\n")
+        self._file.flush()
+        values = {
+            "to_step": record["step"],
+            "updates_undone": record["updates_undone"],
+            "skipped_sequences": record["skipped"][1] - record["skipped"][0],
+        }
+        self._scalars(record["diverged_step"], "rollback", values)
+        if self.tracker is not None:
+            self.tracker.metrics(record["diverged_step"], values, prefix="rollback/")
+        print(sentence, file=self.stream, flush=True)
 
     def throughput(self) -> float | None:
         """Sequences per second over the steady updates (None before the second update)."""

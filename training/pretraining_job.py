@@ -21,12 +21,14 @@ same command then ends with the same weights whether or not it was interrupted.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 from common.cli import setting
 from common.errors import UserError
 from common.files import expand_globs
 from data.pretraining import schema
 from training import job
+from training.rollback import POLICIES
 from training.task import Prepared, Task
 
 
@@ -68,6 +70,26 @@ class PretrainingSettings(job.JobSettings):
         "Pack each update's sequences into rows of --max_seq_length (each attending to itself "
         "only): the same sequences per update, less padding computed. --bin_size then shapes "
         "evaluation batches only.",
+    )
+    on_divergence: str = setting(
+        POLICIES,
+        "stop",
+        "What an update whose loss or gradients are not finite does (in fp16: once even a loss "
+        "scale of 1 overflows): stop (the run ends with a sentence naming the last good "
+        "checkpoint) or rollback (every worker restores the newest checkpoint, skips the data "
+        "that led to the divergence and trains on; see docs/reliability.md).",
+    )
+    rollback_skip_updates: int = setting(
+        "steps",
+        0,
+        "--on_divergence=rollback: updates' worth of data skipped past the diverged update (the "
+        "data since the checkpoint through the diverged update is always skipped).",
+    )
+    max_rollbacks: int = setting(
+        "steps",
+        3,
+        "--on_divergence=rollback: rollbacks a run (its --output_dir) may make; the next "
+        "divergence stops it.",
     )
     shuffle_buffer: int = setting(  # the data order's shuffle window
         "count",
@@ -125,9 +147,10 @@ class PretrainingData:
     rank 0's evaluation records."""
 
     train_files: list
-    train: object  # this worker's tf.data.Dataset, or None without --do_train
+    train: object  # this worker's tf.data.Dataset from plan.start_sequence, or None without --do_train
     eval: object  # rank 0's, or None
     init_step: int | None  # of --init_checkpoint, for a new output_dir
+    train_from: object = None  # start -> this worker's tf.data.Dataset from sequence `start`
 
 
 def _record_counts(files: list, dist, out) -> list[int]:
@@ -196,26 +219,34 @@ class PretrainingTask(Task):
             expand_globs(s.eval_files, "evaluation files", source="--eval_files") if s.do_eval else []
         )
         shapes = (s.max_seq_length, s.max_predictions_per_seq)
-        train_data = eval_data = layout = None
+        train_data = train_from = eval_data = layout = None
         if s.do_train:
             layout = check_files(train_files, *shapes)
             _check_masking(s, layout, train_files)
-            train_data = training_dataset(
+            counts = []
+
+            def count(files):  # once: a rollback's input, from another start, reuses them
+                if not counts:
+                    counts.extend(_record_counts(files, dist, out))
+                return counts
+
+            train_from = functools.partial(
+                training_dataset,
                 train_files,
                 s.train_batch_size,
                 *shapes,
                 num_workers=dist.size,
                 worker_index=dist.rank,
-                start=plan.start_sequence,
                 seed=s.seed,
                 window=s.shuffle_buffer,
-                count=lambda files: _record_counts(files, dist, out),
+                count=count,
                 accumulation=plan.update.accumulation_steps,
                 bin_size=0 if s.packing else job.bin_size_of(s),
                 masked_lm_prob=masked_lm_prob_of(s),
                 layout=layout,
                 packing=s.packing,
             )
+            train_data = train_from(start=plan.start_sequence)
         if s.do_eval and dist.is_chief:
             eval_layout = check_files(eval_files, *shapes)
             if not s.do_train:
@@ -244,7 +275,7 @@ class PretrainingTask(Task):
         if plan.resume_from:
             resolved["init_checkpoint_ignored"] = bool(s.init_checkpoint)
         return Prepared(
-            PretrainingData(train_files, train_data, eval_data, init_step),
+            PretrainingData(train_files, train_data, eval_data, init_step, train_from),
             steps=s.num_train_steps if s.do_train else 0,
             warmup=s.num_warmup_steps,
             resolved=resolved,
@@ -279,10 +310,14 @@ class PretrainingTask(Task):
                 file=out,
             )
 
-    def training_batches(self, s: PretrainingSettings, plan: job.Plan, dist):
+    def training_batches(self, s: PretrainingSettings, plan: job.Plan, dist, start: int):
         from training.input_pipeline import naming_corrupt_files
 
-        return naming_corrupt_files(iter(plan.data.train), plan.data.train_files)
+        data = plan.data.train if start == plan.start_sequence else plan.data.train_from(start=start)
+        return naming_corrupt_files(iter(data), plan.data.train_files)
+
+    def rollback(self, s: PretrainingSettings) -> tuple[int, int] | None:
+        return (s.rollback_skip_updates, s.max_rollbacks) if s.on_divergence == "rollback" else None
 
     def resumed(self, plan: job.Plan, start: int, out) -> None:
         if start >= plan.steps:

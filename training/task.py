@@ -16,10 +16,10 @@ hooks; each has a default, so a task writes only what it has:
         @abc.abstractmethod
     def build_model(self, config, dtype): ...           # a Keras model of the objective's outputs
         @abc.abstractmethod
-    def training_batches(self, s, plan, dist): ...      # this worker's micro-batches, from
-                                                            # plan.start_sequence of the data order
+    def training_batches(self, s, plan, dist, start): ...  # this worker's micro-batches, from
+                                                            # sequence `start` of the data order
     and, where the defaults do not fit: validate_settings, update, initialise, resumed, periodic,
-    loaded, result_fields, finish.
+    rollback, loaded, result_fields, finish.
 
 In the order job.run calls them:
 
@@ -28,7 +28,9 @@ In the order job.run calls them:
     update(s, workers)                          the update the flags ask for (job.Update)
     prepare(s, plan, dist, out)                 data, steps and warmup, the task's resolved keys
     build_model(config, dtype); initialise(model, s, plan, out)
-    training: training_batches, resumed(plan, start, out), periodic(s, plan, step, log, out)
+    training: training_batches(s, plan, dist, plan.start_sequence), resumed(plan, start, out),
+              periodic(s, plan, step, log, out), rollback(s) (training_batches again from
+              another start after a rollback)
     or without --do_train and with a checkpoint: loaded(plan, out)
     finish(s, plan, step, result, log, out)     evaluate, predict, export; result_fields() first
 
@@ -97,14 +99,20 @@ class Task(abc.ABC):
         """Weights from --init_checkpoint in a new output directory; by default none (random)."""
 
     @abc.abstractmethod
-    def training_batches(self, s, plan, dist):
-        """An iterator over this worker's micro-batches from plan.start_sequence of the order."""
+    def training_batches(self, s, plan, dist, start: int):
+        """An iterator over this worker's micro-batches from sequence `start` of the data order
+        (plan.start_sequence; after a divergence rollback, past the window it skipped)."""
 
     def resumed(self, plan, start: int, out) -> None:
         """Called once training knows the step it continues from."""
 
     def periodic(self, s, plan, step, log, out):
         """loop.train's `periodic` ((every, call) or None): work between updates."""
+        return None
+
+    def rollback(self, s) -> tuple[int, int] | None:
+        """(updates skipped past a diverged one, rollbacks allowed) when a divergence rolls the run
+        back to its newest checkpoint (training/rollback.py); None (the default): it stops the run."""
         return None
 
     def loaded(self, plan, out) -> None:
