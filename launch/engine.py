@@ -70,11 +70,14 @@ class Setting:
             value = field.default if value is None else value
             default = str(value).lower() if isinstance(value, bool) else str(value)
         text = field.metadata["help"].rstrip(".")  # as the launchers' tables write help
+        kind = field.metadata["kind"]
+        choices = tuple(kind) if isinstance(kind, (tuple, list)) else ()  # the field's names
         return cls(
             name,
             default,
-            field.metadata["kind"],
+            "choice" if choices else kind,
             text[:1].lower() + text[1:],
+            choices=choices,
             positional=positional,
             flag=name if passed_on else None,
         )

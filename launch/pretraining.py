@@ -22,6 +22,7 @@ from launch.engine import Launcher, PathOption, Plan, Setting, Step
 from launch.workers import UsageError
 from training.job import JobSettings
 from training.length_bins import bin_size_fits
+from training.pretraining_job import PretrainingSettings
 from training.preemption import STOP_FILE_NAME
 
 PHASE1_FRACTION = (9, 10)  # phase 1 runs train_steps * 9 // 10 updates
@@ -75,6 +76,10 @@ SETTINGS = (
         for n in (1, 2)
     ),
     Setting.of_field(JobSettings, "save_checkpoints_minutes", default=""),
+    # Days on many nodes: a divergence rolls back by itself rather than wait for a person.
+    Setting.of_field(PretrainingSettings, "on_divergence", default="rollback"),
+    Setting.of_field(PretrainingSettings, "rollback_skip_updates"),
+    Setting.of_field(PretrainingSettings, "max_rollbacks"),
 )
 
 PATHS = (
@@ -394,6 +399,12 @@ def plan(launch, which: str) -> Plan:
             f"  data               = {paths[f'phase{n}_data']}",
             f"  output             = {phase_output(paths['results_dir'], n)}",
         ]
+    notes.append(
+        f"on divergence: roll back to the newest checkpoint, skipping the data through the diverged "
+        f"update and {v['rollback_skip_updates']} more, at most {v['max_rollbacks']} times a phase"
+        if text["on_divergence"] == "rollback"
+        else "on divergence: stop (naming the last good checkpoint)"
+    )
     if not paths["init_checkpoint"] and 1 in run_phases:
         notes.append("phase 1 starts from random weights (no INIT_CHECKPOINT).")
     if 2 in run_phases:

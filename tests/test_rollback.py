@@ -1,19 +1,29 @@
 """training/rollback.py: a diverged update rolls the run back to its newest checkpoint, past the
 data that led to it, and the run then ends where a run that never saw that data ends; the
 rollback is recorded so that a stopped run continues it; --max_rollbacks stops a run that keeps
-diverging. In one process here (loop.train with a NaN micro-batch); run_pretraining.py with
-poisoned records, one and two Horovod workers, in tests/test_run_pretraining.py."""
+diverging. loop.train in one process with a NaN micro-batch, then run_pretraining.py on records
+poisoned at known places of the data order: on one worker, stopped after one rollback by
+--max_rollbacks and continued on one worker and on two Horovod workers."""
 
+import glob
 import json
 import os
+import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
+import run_pretraining
+import tiny_pretraining as tiny
+from conftest import BIN, worker_env
+from data.pretraining import schema, tfrecord
 from test_loop import _batches, _log, _step
 from training import loop
-from training.checkpointing import Checkpointer, latest_checkpoint
-from training.data_order import Position
+from training.checkpointing import SEQUENCES_KEY, Checkpointer, latest_checkpoint
+from training.data_order import Position, records_in_order
 from training.metrics_log import read_log
 from training.rollback import ROLLBACKS_NAME, Rollback, read_rollbacks, resume_position
 
@@ -51,10 +61,7 @@ def _weights(step):
     return [v.numpy() for v in step.model.weights]
 
 
-@pytest.mark.parametrize("log_every", [1, 4])  # reading each update, or 4 queued at a time
-def test_a_nan_update_rolls_back_and_ends_where_a_run_without_that_data_ends(
-    tmp_path, tiny_config, log_every
-):
+def test_a_nan_update_rolls_back_and_ends_where_a_run_without_that_data_ends(tmp_path, tiny_config):
     # Micro-batch 5 (update 6) is poisoned; checkpoints every 4 updates. The rollback restores
     # ckpt-4 (sequence 8), skips sequences 8-12 (updates 5 and 6) and one update more, and trains
     # updates 5-8 on micro-batches 7-10: what a run fed 0-3 and then 7-10 does, dropout included.
@@ -66,7 +73,7 @@ def test_a_nan_update_rolls_back_and_ends_where_a_run_without_that_data_ends(
         steps=8,
         every=4,
         rollback_options=dict(skip_updates=1, max_rollbacks=3),
-        log_every=log_every,
+        log_every=4,  # updates 5-8 queued at once: 7 and 8 ran past the NaN and are undone too
     )
     clean, _ = _train(tmp_path / "clean", tiny_config, batches[:4] + batches[7:11], steps=8, every=4)
     assert int(rolled.optimizer.iterations) == 8
@@ -88,8 +95,7 @@ def test_a_nan_update_rolls_back_and_ends_where_a_run_without_that_data_ends(
     }
     log = read_log(str(tmp_path / "rolled" / "log.jsonl"))
     # The undone update's line went with it; the rollback's line stands at the step restored.
-    logged = [1, 2, 3, 4, 4, 5, 6, 7, 8] if log_every == 1 else [4, 4, 8]
-    assert [e["step"] for e in log] == logged
+    assert [e["step"] for e in log] == [4, 4, 8]
     assert [e["rollback"] for e in log if "rollback" in e] == [record]
     assert latest_checkpoint(str(tmp_path / "rolled")).endswith("ckpt-8")
     # The next checkpoint holds the position past the window: a resume from it needs no record.
@@ -141,3 +147,125 @@ def test_a_damaged_record_file_is_one_sentence_naming_it(tmp_path):
     (tmp_path / ROLLBACKS_NAME).write_text(json.dumps({"step": 4}))
     with pytest.raises(Exception, match=r"rollbacks.json must hold a JSON list"):
         read_rollbacks(str(tmp_path))
+
+
+# run_pretraining.py: updates of 4 sequences, checkpoints every 5 updates. The records at places
+# 29 and 41 of the data order are poisoned (a NaN masked_lm_weight). Update 8 (sequences 28-31)
+# diverges: rollback 1 restores ckpt-5 (sequence 20) and continues at 32, so update 8 is 40-43 and
+# diverges again; rollback 2 restores ckpt-5 once more and continues at 44, to update 20.
+STEPS, SAVE_EVERY, SEED, WINDOW = 20, 5, 7, 32
+POISONED = (29, 41)
+
+
+def _poison(files: list, places) -> None:
+    """Rewrites the records at `places` of the data order with a NaN first masked_lm_weight (the
+    record counts, and so the order, stay as they were)."""
+    counts = [sum(1 for _ in tf.data.TFRecordDataset(f)) for f in files]
+    order = records_in_order(files, counts, seed=SEED, window=WINDOW).take(max(places) + 1)
+    targets = {bytes(r.numpy()) for i, r in enumerate(order) if i in places}
+    found = 0
+    for path in files:
+        records = [bytes(r.numpy()) for r in tf.data.TFRecordDataset(path)]
+        with tfrecord.RecordWriter(path) as writer:
+            for record in records:
+                if record in targets:
+                    example = tf.train.Example.FromString(record)
+                    example.features.feature[schema.MASKED_LM_WEIGHTS].float_list.value[0] = float("nan")
+                    record, found = example.SerializeToString(), found + 1
+                writer.write(record)
+    assert found == len(places)  # each poisoned record is unique in the files
+
+
+@pytest.fixture(scope="module")
+def poisoned(tmp_path_factory):
+    """(the data, the uninterrupted run, a run stopped after its first rollback): one worker."""
+    root = tmp_path_factory.mktemp("poisoned")
+    data = tiny.setup(root / "data", files=2, per_file=60, dropout=False)
+    _poison(sorted(glob.glob(data["input_files"])), POISONED)
+    straight, stopped = root / "straight", root / "stopped"
+    assert _pretrain(data, straight, max_rollbacks=2) == 0
+    assert _pretrain(data, stopped, max_rollbacks=1) == 2
+    return data, straight, stopped
+
+
+def _flags(data, out, **overrides):
+    values = dict(
+        num_train_steps=STEPS,
+        save_checkpoints_steps=SAVE_EVERY,
+        seed=SEED,
+        shuffle_buffer=WINDOW,
+        use_xla=False,
+        on_divergence="rollback",
+        log_every_n_steps=5,
+    )
+    return tiny.flags(data, out, **{**values, **overrides})
+
+
+def _pretrain(data, out, **overrides) -> int:
+    return run_pretraining.main(_flags(data, out, **overrides))
+
+
+def _arrays(out):
+    reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(str(out)))
+    return {n: reader.get_tensor(n) for n in reader.get_variable_to_shape_map()}
+
+
+@pytest.mark.slow
+def test_a_run_rolls_back_past_poisoned_records_twice_and_finishes(poisoned, capsys):
+    data, straight, _ = poisoned
+    records = read_rollbacks(str(straight))
+    assert [(r["step"], r["diverged_step"], r["skipped"]) for r in records] == [
+        (5, 8, [20, 32]),
+        (5, 8, [32, 44]),
+    ]
+    assert tf.train.latest_checkpoint(str(straight)).endswith(f"ckpt-{STEPS}")
+    state = _arrays(straight)
+    assert int(state[SEQUENCES_KEY]) == 44 + 4 * (STEPS - SAVE_EVERY)
+    assert all(np.all(np.isfinite(v)) for v in state.values() if v.dtype.kind == "f")
+    log = read_log(str(straight / "log.jsonl"))
+    assert [(e["step"], "rollback" in e) for e in log] == [
+        (5, False),
+        (5, True),
+        (5, True),
+        (10, False),
+        (15, False),
+        (20, False),
+    ]
+
+
+@pytest.mark.slow
+def test_a_run_stopped_after_a_rollback_continues_it_on_one_and_on_two_workers(poisoned, tmp_path, capsys):
+    """The run stopped by --max_rollbacks=1 holds what a run killed after its rollback holds:
+    ckpt-5 and the record (written before anything is restored). Continued with
+    --max_rollbacks=2 it ends with exactly the uninterrupted run's weights on one worker, and
+    within 1e-5 of them on two Horovod workers, whose own rollback restores ckpt-5 on both."""
+    data, straight, stopped = poisoned
+    assert tf.train.latest_checkpoint(str(stopped)).endswith(f"ckpt-{SAVE_EVERY}")
+    assert [r["skipped"] for r in read_rollbacks(str(stopped))] == [[20, 32]]
+    one, two = tmp_path / "one", tmp_path / "two"
+    shutil.copytree(stopped, one)
+    shutil.copytree(stopped, two)
+    capsys.readouterr()
+    assert _pretrain(data, one, max_rollbacks=2) == 0
+    out = capsys.readouterr().out
+    assert "ckpt-5 is where a divergence at step 8 was rolled back to (rollbacks.json): the input continues at sequence 32" in out
+    assert "Rolled back: the loss is not finite at step 8 (loss nan); restored" in out
+    want = _arrays(straight)
+    got = _arrays(one)
+    assert set(got) == set(want)
+    assert all(np.array_equal(got[n], want[n]) for n in want)
+
+    horovod = [os.path.join(BIN, "horovodrun"), "-np", "2", "-H", "localhost:2", "--gloo", sys.executable]
+    done = subprocess.run(
+        [*horovod, run_pretraining.__file__, *_flags(data, two, max_rollbacks=2, use_horovod="true", train_batch_size=2)],
+        env=worker_env(),
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Rolled back: the loss is not finite at step 8" in done.stdout, done.stdout[-3000:]
+    assert [r["skipped"] for r in read_rollbacks(str(two))] == [[20, 32], [32, 44]]
+    got = _arrays(two)
+    weights = [n for n in want if n.startswith(("bert/", "cls/"))]
+    assert max(float(np.max(np.abs(got[n] - want[n]))) for n in weights) < 1e-5
+    assert int(got[SEQUENCES_KEY]) == int(want[SEQUENCES_KEY])
