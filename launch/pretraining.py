@@ -22,8 +22,8 @@ from launch.engine import Launcher, PathOption, Plan, Setting, Step
 from launch.workers import UsageError
 from training.job import JobSettings
 from training.length_bins import bin_size_fits
-from training.pretraining_job import PretrainingSettings
 from training.preemption import STOP_FILE_NAME
+from training.pretraining_job import PretrainingSettings
 
 PHASE1_FRACTION = (9, 10)  # phase 1 runs train_steps * 9 // 10 updates
 # Where scripts/data_download.sh puts Google's uncased vocab (its default) under <root>/download/.

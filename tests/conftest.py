@@ -310,3 +310,23 @@ def pytest_unconfigure(config):
     """The run's XLA cache goes with the process that made it (pytest's own, or xdist's controller)."""
     if XLA_CACHE_OWNER:
         shutil.rmtree(os.environ["BERT_TEST_XLA_CACHE"], ignore_errors=True)
+
+
+@pytest.fixture
+def mounts(tmp_path):
+    """Mounts made for one test (mount(*args, target=PATH)), unmounted after it (innermost
+    first); skips where impossible (root and CAP_SYS_ADMIN are needed)."""
+    import subprocess
+
+    made = []
+
+    def mount(*args, target):
+        result = subprocess.run(["mount", *args, str(target)], capture_output=True, text=True)
+        if result.returncode != 0:
+            pytest.skip(f"cannot mount here (root and CAP_SYS_ADMIN needed): {result.stderr.strip()}")
+        made.append(str(target))
+
+    mount.made = made
+    yield mount
+    for target in reversed(made):
+        subprocess.run(["umount", "-l", target], capture_output=True)

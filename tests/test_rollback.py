@@ -248,7 +248,10 @@ def test_a_run_stopped_after_a_rollback_continues_it_on_one_and_on_two_workers(p
     capsys.readouterr()
     assert _pretrain(data, one, max_rollbacks=2) == 0
     out = capsys.readouterr().out
-    assert "ckpt-5 is where a divergence at step 8 was rolled back to (rollbacks.json): the input continues at sequence 32" in out
+    assert (
+        "ckpt-5 is where a divergence at step 8 was rolled back to (rollbacks.json): the input continues at sequence 32"
+        in out
+    )
     assert "Rolled back: the loss is not finite at step 8 (loss nan); restored" in out
     want = _arrays(straight)
     got = _arrays(one)
@@ -257,7 +260,11 @@ def test_a_run_stopped_after_a_rollback_continues_it_on_one_and_on_two_workers(p
 
     horovod = [os.path.join(BIN, "horovodrun"), "-np", "2", "-H", "localhost:2", "--gloo", sys.executable]
     done = subprocess.run(
-        [*horovod, run_pretraining.__file__, *_flags(data, two, max_rollbacks=2, use_horovod="true", train_batch_size=2)],
+        [
+            *horovod,
+            run_pretraining.__file__,
+            *_flags(data, two, max_rollbacks=2, use_horovod="true", train_batch_size=2),
+        ],
         env=worker_env(),
         capture_output=True,
         text=True,

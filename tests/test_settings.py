@@ -36,7 +36,9 @@ def test_a_flag_without_its_own_help_says_its_fields_help(define, settings_class
     assert len(declared) >= 12
     for field in declared:
         told = f" Default {field.metadata['none_means']}." if field.metadata.get("none_means") else ""
-        assert fv[field.name].help == field.metadata["help"] + told, field.name
+        kind = field.metadata["kind"]
+        enum = f"<{'|'.join(kind)}>: " if isinstance(kind, tuple) else ""  # absl's enum flags say so
+        assert fv[field.name].help == enum + field.metadata["help"] + told, field.name
     assert fv["bin_size"].help.endswith(f"as does a bin that long or longer. Default {DEFAULT_BIN_SIZE}.")
     assert (
         fv["bin_size"].default is None and fv["keep_checkpoints"].default == settings_class.keep_checkpoints

@@ -238,23 +238,6 @@ def test_a_corrupted_checkpoint_index_loses_nothing(launcher, data, straight, tm
 # ---- a save that fails ---------------------------------------------------------------------------
 
 
-@pytest.fixture
-def mounts(tmp_path):
-    """Mounts made for one test, unmounted after it (innermost first); skips where impossible."""
-    made = []
-
-    def mount(*args, target):
-        result = subprocess.run(["mount", *args, str(target)], capture_output=True, text=True)
-        if result.returncode != 0:
-            pytest.skip(f"cannot mount here (root and CAP_SYS_ADMIN needed): {result.stderr.strip()}")
-        made.append(str(target))
-
-    mount.made = made
-    yield mount
-    for target in reversed(made):
-        subprocess.run(["umount", "-l", target], capture_output=True)
-
-
 def _unmount(target, mounts):
     subprocess.run(["umount", str(target)], check=True)
     mounts.made.remove(str(target))

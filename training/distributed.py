@@ -39,6 +39,24 @@ def launched_world(environ) -> tuple:
     return world, rank
 
 
+def expected_world(use_horovod: bool) -> tuple:
+    """(ranks, rank) this process will have once Horovod starts, from the launcher's environment
+    (before hvd.init, which waits for every rank); (1, 0) without Horovod."""
+    import os
+
+    if not use_horovod:
+        return 1, 0
+    world, rank = launched_world(os.environ)
+    return max(world, 1), rank
+
+
+def visible_gpus() -> int:
+    """How many GPUs this process sees (before one is pinned to it; 0 on a CPU)."""
+    import tensorflow as tf
+
+    return len(tf.config.list_physical_devices("GPU"))
+
+
 def mpi_ranks(environ):
     """(comm, rank, world, ranks_on_this_node) for a data stage launched by mpirun or srun; (None, 0,
     1, 1) when run directly. mpi4py is imported only when the environment says MPI (or srun with
@@ -166,6 +184,20 @@ class Distributed:
 
         total = self._hvd.allreduce(tf.constant([int(bool(flag))]), op=self._hvd.Sum, name="any_flag")
         return bool(total.numpy()[0] > 0)
+
+    def gather_texts(self, text: str) -> list[str]:
+        """Every worker's `text`, in rank order, on every worker (each calls it at the same point)."""
+        if self.size == 1:
+            return [text]
+        import numpy as np
+        import tensorflow as tf
+
+        data = np.frombuffer(text.encode("utf-8"), np.uint8)
+        hvd = self._hvd
+        lengths = hvd.allgather(tf.constant([data.size], tf.int64), name="gather_text_lengths").numpy()
+        joined = hvd.allgather(tf.constant(data, tf.uint8), name="gather_texts").numpy().tobytes()
+        ends = np.cumsum(lengths)
+        return [joined[end - n : end].decode("utf-8") for n, end in zip(lengths.tolist(), ends.tolist())]
 
     def barrier(self) -> None:
         """Returns once every worker has called it (a tiny allreduce)."""

@@ -186,6 +186,11 @@ class PretrainingTask(Task):
     def validate_settings(self, s: PretrainingSettings) -> None:
         validate(s)
 
+    def inputs(self, s: PretrainingSettings) -> list[tuple[str, str]]:
+        data = [("--input_files", s.input_files if s.do_train else None)]
+        data.append(("--eval_files", s.eval_files if s.do_eval else None))
+        return super().inputs(s) + [(flag, value) for flag, value in data if value]
+
     def row_counts(self, s: PretrainingSettings) -> tuple[int, ...]:
         from training.packing import row_counts
 

@@ -24,6 +24,7 @@ hooks; each has a default, so a task writes only what it has:
 In the order job.run calls them:
 
     validate_settings(s)                        cheap checks, before TensorFlow builds anything
+    inputs(s); model_files(s, resume_from)      the pre-flight: what every worker must see
     model_files(s, resume_from)                 the config and vocab (checked to fit each other)
     update(s, workers)                          the update the flags ask for (job.Update)
     prepare(s, plan, dist, out)                 data, steps and warmup, the task's resolved keys
@@ -67,6 +68,16 @@ class Task(abc.ABC):
         from training.job import validate_settings
 
         validate_settings(s)
+
+    def inputs(self, s) -> list[tuple[str, str]]:
+        """("--flag", value) of the files every worker reads (globs, comma-separated lists,
+        directories and checkpoint prefixes too), for training/preflight.py: the model files and
+        --init_checkpoint by default."""
+        return [
+            (f"--{name}", value)
+            for name in ("bert_config_file", "vocab_file", "init_checkpoint")
+            if (value := getattr(s, name))
+        ]
 
     def row_counts(self, s) -> tuple[int, ...]:
         """The row counts a packed micro-batch may have (training/packing.py); () unpacked."""
