@@ -29,7 +29,10 @@ import psutil
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CPUS = 8  # scripts/run.sub's default --ntasks-per-node
+# Twice scripts/run.sub's default --ntasks-per-node (8): tests/test_slurm.py's jobs of 2 tasks run
+# side by side, none waiting in the queue for another to end (the time-limited job, two requeued
+# jobs, the straight one and the killed one hold 9 slots at once).
+CPUS = 16
 # How long a job step's credential stays valid, and so how long a requeued job waits before it may
 # start again: 30 s instead of SLURM's 120, still ample for a step to start on two busy cores.
 CRED_EXPIRE_S = 30

@@ -65,6 +65,12 @@ class SquadTask(FineTuningTask):
             if not os.path.isfile(path):
                 raise UserError(f"--{flag} {path} does not exist.")
 
+    def inputs(self, s) -> list[tuple[str, str]]:
+        files = [("--train_file", self.train_file)] if s.do_train else []
+        if s.do_eval or s.do_predict:
+            files.append(("--predict_file", self.predict_file))
+        return super().inputs(s) + [(flag, path) for flag, path in files if path]
+
     def describe(self) -> dict:
         return {
             "task": "squad",
