@@ -98,6 +98,10 @@ class TaggingTask(Task):
         if s.max_seq_length != SEQ:
             raise UserError(f"--max_seq_length must be {SEQ} for tagging.")
 
+    def inputs(self, s):
+        self.calls.append("inputs")
+        return super().inputs(s)
+
     def model_files(self, s, resume_from):
         self.calls.append("model_files")
         return tiny_bert_config(dropout=False), None
@@ -133,6 +137,10 @@ class TaggingTask(Task):
 
     def resumed(self, plan, start, out):
         self.calls.append(f"resumed at {start}")
+
+    def rollback(self, s):
+        self.calls.append("rollback")
+        return super().rollback(s)
 
     def periodic(self, s, plan, step, log, out):
         self.calls.append("periodic")
@@ -192,6 +200,8 @@ def test_job_run_trains_a_new_task_through_its_hooks_and_resumes_it_exactly(tmp_
     result = job.run(_settings(tmp_path / "whole"), whole)
     assert whole.calls == [
         "validate_settings",
+        "inputs",  # the pre-flight: what every worker must see, and the model's size
+        "model_files",
         "model_files",
         "update",
         "prepare",
@@ -200,6 +210,7 @@ def test_job_run_trains_a_new_task_through_its_hooks_and_resumes_it_exactly(tmp_
         "result_fields",
         "training_batches",
         "resumed at 0",
+        "rollback",
         "periodic",
         "finish",
     ]
