@@ -29,9 +29,9 @@ import psutil
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# Twice scripts/run.sub's default --ntasks-per-node (8): tests/test_slurm.py's jobs of 2 tasks run
-# side by side, none waiting in the queue for another to end (the time-limited job, two requeued
-# jobs, the straight one and the killed one hold 9 slots at once).
+# Twice scripts/run.sub's default --ntasks-per-node (8): beside tests/test_slurm.py's time-limited
+# job, which asks for that default, its jobs of 2 tasks (two requeued, the straight one, the killed
+# one) find slots at once instead of waiting for it to end.
 CPUS = 16
 # How long a job step's credential stays valid, and so how long a requeued job waits before it may
 # start again: 30 s instead of SLURM's 120, still ample for a step to start on two busy cores.
