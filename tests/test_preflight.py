@@ -55,6 +55,7 @@ def test_a_flags_files_are_its_globs_directories_and_checkpoint_prefixes(tmp_pat
     assert len(_files_of(f"{tmp_path}/a.tfrecord, {tmp_path}/ckpt-4")[0]) == 3
     assert len(_files_of(str(tmp_path))[0]) == 4
     assert _files_of(f"{tmp_path}/*.json") == ([], f"{tmp_path}/*.json matches no file")
+    assert _files_of("gs://bucket/training/*") == ([], None)  # TensorFlow's to read, not checked here
     (tmp_path / "b.tfrecord").chmod(0)
     if os.geteuid() != 0:  # root reads anything
         assert _files_of(f"{tmp_path}/*.tfrecord")[1] == f"{tmp_path}/b.tfrecord cannot be read (permission)"

@@ -36,7 +36,7 @@ import sys
 import time
 
 from common.errors import UserError
-from common.files import format_bytes, free_bytes, write_text
+from common.files import expand_globs, format_bytes, free_bytes, write_text
 from common.heartbeat import Heartbeat
 
 PREFLIGHT_EXIT_STATUS = 2  # as for the UserError it is (common/cli.py)
@@ -125,18 +125,25 @@ class Joining:
 
 
 def _files_of(value: str) -> tuple[list[str], str | None]:
-    """(the files a flag's value names: comma-separated files, globs or directories, each
-    directory's files; a problem, or None)."""
+    """(the local files a flag's value names: comma-separated files and globs as
+    common.files.expand_globs reads them, directories (their files) and checkpoint prefixes
+    (ckpt-N: its ckpt-N.* files); a problem, or None). Remote paths (gs://, s3://, ...) are left
+    to the job, which reads them through TensorFlow."""
     found = []
-    for pattern in (p.strip() for p in value.split(",") if p.strip()):
+    for pattern in (os.path.expanduser(p.strip()) for p in value.split(",") if p.strip()):
+        if "://" in pattern:
+            continue
+        prefixed = sorted(glob.glob(glob.escape(pattern) + ".*"))
         if os.path.isdir(pattern):
             matches = [os.path.join(pattern, name) for name in sorted(os.listdir(pattern))]
-            matches = [m for m in matches if os.path.isfile(m)]
+            found += [m for m in matches if os.path.isfile(m)]
+        elif prefixed and not glob.has_magic(pattern) and not os.path.exists(pattern):
+            found += prefixed
         else:
-            matches = sorted(glob.glob(pattern)) or glob.glob(pattern + "*")  # a checkpoint prefix
-        if not matches:
-            return found, f"{pattern} matches no file"
-        found += matches
+            try:
+                found += expand_globs(pattern)
+            except UserError:
+                return found, f"{pattern} matches no file"
     unreadable = [path for path in found if not os.access(path, os.R_OK)]
     if unreadable:
         return found, f"{unreadable[0]} cannot be read (permission)"
@@ -161,7 +168,8 @@ def _look(inputs, output_dir: str, token: str, checkpoint_size, rank: int, gpus:
         files, problem = _files_of(value)
         if problem:
             problems.append(f"cannot read {flag}: {problem}")
-        seen[flag] = [len(files), sum(os.path.getsize(f) for f in files if os.path.isfile(f))]
+        if files or problem:  # remote files alone: nothing seen here to compare
+            seen[flag] = [len(files), sum(os.path.getsize(f) for f in files)]
     if token:
         try:
             with open(os.path.join(output_dir, TOKEN_NAME), encoding="utf-8") as f:
