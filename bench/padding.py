@@ -28,8 +28,8 @@ Rows:
 The model is configs/bert_<--model>.json (default tiny: L2 H128; small is L4 H512, where
 attention's share of the work is nearer BERT's) with the records' vocabulary. The ratio column
 divides by the bin 0 figure of the same row group, measured in the same rounds. The "packed" row
-(pretraining, --packing on) lays each update out in rows of max_seq_length: its worker spread is
-1.00 by construction (every micro-batch of an update has the same rows).
+(pretraining, --packing on) lays each update out in rows of max_seq_length, "packed, B" the same
+rows cut to bins of B (`--packing` with `--bin_size B`); their worker spread is not measured ("-").
 """
 
 from __future__ import annotations
@@ -126,10 +126,22 @@ def vocab_size(vocab: str) -> int:
 PACKED = "packed"
 
 
+def packed(bin_size: int) -> str:
+    """The kind of a packed layout: rows of max_seq_length ("packed"), or with bins ("packed, 64")."""
+    return PACKED if not bin_size else f"{PACKED}, {bin_size}"
+
+
+def kind_bin(kind) -> tuple[int, bool]:
+    """(bin size, packed) of a kind: a bin size, or `packed`'s name."""
+    if isinstance(kind, int):
+        return kind, False
+    return int(kind.split(", ")[1]) if ", " in kind else 0, True
+
+
 def steps_for(model, objective, accumulation: int, bins: list, xla: bool, seq: int, batch: int = 0) -> dict:
-    """{bin: TrainStep} on one model: bin 0 the stacked update, the others the binned one, PACKED
-    the packed one (micro-batches of `batch` sequences); XLA programs where `xla`, TensorFlow
-    graphs where not."""
+    """{kind: TrainStep} on one model: bin 0 the stacked update, the other bins the binned one,
+    `packed(b)` the packed one (micro-batches of `batch` sequences, cut to bins of b); XLA
+    programs where `xla`, TensorFlow graphs where not."""
     from training import job
     from training.distributed import Distributed
     from training.length_bins import bin_lengths
@@ -138,17 +150,17 @@ def steps_for(model, objective, accumulation: int, bins: list, xla: bool, seq: i
     update = job.Update(1, accumulation, 1e-4, 1, "lamb")
     dist = Distributed(use_horovod=False)
     return {
-        b: update.build(
+        kind: update.build(
             model,
             objective,
             warmup_steps=1,
             train_steps=10**6,
             distributed=dist,
             jit_compile=xla,
-            bin_lengths=() if b == PACKED else bin_lengths(b, seq),
-            row_counts=row_counts(batch) if b == PACKED else (),
+            bin_lengths=bin_lengths(kind_bin(kind)[0], seq),
+            row_counts=row_counts(batch) if kind_bin(kind)[1] else (),
         )
-        for b in bins
+        for kind in bins
     }
 
 
@@ -214,7 +226,7 @@ def worker_spread(
     from training.input_pipeline import _record_lengths, record_counts
     from training.length_bins import bin_length, deal_by_length
 
-    if not bin_size or bin_size == PACKED:
+    if not bin_size:
         return 1.0
     g = WORKERS_FOR_SPREAD * accumulation * batch
     order = records_in_order(files, record_counts(files), seed=12345, window=10000)
@@ -239,11 +251,11 @@ def pretraining_rows(name: str, files: list, vocab: str, phase: int, recipe: str
     batch, k = RECIPES[recipe][phase]
     model = build_model(lambda c, d: BertPretrainer(c, dtype=d), vocab_size(vocab), seq, args.model)
     harness.log(f"pretraining {name} phase {phase}, {recipe} ({batch} x {k})")
-    kinds = [*args.bins, *([PACKED] if args.packing == "on" else [])]
+    kinds = [*args.bins, *([packed(b) for b in args.bins] if args.packing == "on" else [])]
     steps = steps_for(model, PretrainingObjective(), k, kinds, args.xla == "on", seq, batch)
 
-    def stream(b):
-        bin_size, packing = (0, True) if b == PACKED else (b, False)
+    def stream(kind):
+        bin_size, packing = kind_bin(kind)
         return training_dataset(
             files, batch, seq, predictions, accumulation=k, bin_size=bin_size, seed=12345, packing=packing
         )
@@ -260,7 +272,7 @@ def pretraining_rows(name: str, files: list, vocab: str, phase: int, recipe: str
                 f"{recipe}: {batch} x {k}",
                 str(b),
                 f"{results[b]['real']:.1%}",
-                f"{worker_spread(files, seq, batch, k, b):.2f}",
+                "-" if kind_bin(b)[1] else f"{worker_spread(files, seq, batch, k, b):.2f}",
                 harness.median_range(results[b]["rate"], "{:.1f}"),
                 f"{rate / base:.2f}x",
                 f"{results[b]['compile']:.0f}",
@@ -428,7 +440,7 @@ def parse_args(argv=None):
         "--packing",
         choices=("on", "off"),
         default="on",
-        help="pretraining: a packed row beside the bins (training/packing.py) [on]",
+        help="pretraining: packed rows beside the bins (training/packing.py), one per bin size [on]",
     )
     p.add_argument(
         "--model",

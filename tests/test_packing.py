@@ -47,6 +47,19 @@ def test_rows_are_dealt_as_a_snake_to_micro_batches_of_one_row_count():
     assert packing.row_counts(32) == tuple(range(2, 33, 2)) and packing.row_counts(4) == (1, 2, 3, 4)
 
 
+def test_rows_for_bins_are_dealt_in_runs_emptiest_first_as_a_snake_over_workers():
+    rows = [[5], [0, 2], [3, 4, 6], [1]]  # tokens 128, 128, 120, 30
+    lengths = [100, 30, 28, 60, 50, 128, 10]
+    # Sorted by tokens (ties by index): rows 3, 2, 0, 1. 2 workers x 1 micro-batch of 2 rows:
+    # worker 0 takes the emptier run, worker 1 the fuller.
+    assert packing.deal(rows, lengths, 2, 1, 4, by_length=True) == (2, [[3, 2], [0, 1]])
+    # 2 workers x 2 micro-batches of one row: round 0 to workers 0, 1; round 1 to workers 1, 0
+    # (slot j x W + r).
+    assert packing.deal(rows, lengths, 2, 2, 4, by_length=True) == (1, [[3], [2], [1], [0]])
+    # Rounded up to 4 rows for 3: the empty row comes first, so it shares the emptiest run.
+    assert packing.deal(rows[:3], lengths, 1, 1, 32, by_length=True) == (4, [[2, 0, 1]])
+
+
 def _features(sequences, S, P):
     """Unpacked features of (tokens, segments, {position: label}, nsp label) tuples."""
     G = len(sequences)
@@ -184,7 +197,8 @@ def _final_weights(output_dir):
 def test_packed_training_ends_where_padded_and_binned_training_ends(tmp_path, capsys, masking):
     """run_pretraining.py, dropout off, 6 updates of 2 micro-batches of 8 (records of 5 to 16
     tokens in rows of 16): --packing ends with the weights of the padded and the binned run
-    within 1e-5, and each packed update computed fewer rows than sequences."""
+    within 1e-5, and each packed update computed fewer rows than sequences; packed with bins of 4,
+    the micro-batches of partly filled rows are also cut to their bins (shorter than 16)."""
     import json
 
     import run_pretraining
@@ -194,6 +208,7 @@ def test_packed_training_ends_where_padded_and_binned_training_ends(tmp_path, ca
         "padded": {"bin_size": 0},
         "binned": {"bin_size": 4},
         "packed": {"bin_size": None, "packing": "true"},
+        "packed and binned": {"bin_size": 4, "packing": "true"},
     }
     for name, overrides in runs.items():
         flags = tiny.flags(
@@ -214,8 +229,15 @@ def test_packed_training_ends_where_padded_and_binned_training_ends(tmp_path, ca
         if name == "packed":
             rows = packed_rows(out)  # never more than 8, some fewer
             assert max(rows) <= 8 and min(rows) < 8, out[-2000:]
+        if name == "packed and binned":  # micro-steps of R x L, or updates of 2 x R x L
+            shapes = [
+                [int(n) for n in line.split()[3].split("x")[-2:]]
+                for line in out.splitlines()
+                if line.startswith("Compiled the ")
+            ]
+            assert max(r for r, _ in shapes) <= 8 and min(length for _, length in shapes) < 16, out[-2000:]
     padded = _final_weights(tmp_path / "padded")
-    for name in ("binned", "packed"):
+    for name in ("binned", "packed", "packed and binned"):
         other = _final_weights(tmp_path / name)
         assert set(other) == set(padded)
         for variable, value in padded.items():

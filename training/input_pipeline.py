@@ -153,14 +153,18 @@ def _record_lengths(max_seq_length):
     return lengths
 
 
-def _packed_updates(order, batch_size, num_workers, worker_index, accumulation, S, P, layout, masking):
+def _packed_updates(
+    order, batch_size, num_workers, worker_index, accumulation, S, P, layout, masking, bin_size
+):
     """This worker's packed micro-batches (training/packing.py) of each update of `order`: the
     update's W x k x B records' lengths and prediction counts (an upper bound for unmasked
     records: masking's budget) decide the rows; only this worker's records are then parsed (and
-    masked by their positions in the order), and laid out in rows of S."""
+    masked by their positions in the order), and laid out in rows of S; with bin_size > 0 the
+    rows are dealt in runs by their tokens and each micro-batch is cut to its bin length."""
     import functools
 
     from training import packing
+    from training.length_bins import trim
     from training.masking import budget
 
     M = packing.MAX_SEQUENCES
@@ -174,6 +178,7 @@ def _packed_updates(order, batch_size, num_workers, worker_index, accumulation, 
         worker_index=worker_index,
         accumulation=accumulation,
         batch_size=batch_size,
+        by_length=bin_size > 0,
     )
     names = (*schema.FEATURE_NAMES, *packing.PACKED_FEATURES)
     dtypes = {"masked_lm_weights": tf.float32, "next_sentence_weights": tf.float32}
@@ -217,7 +222,12 @@ def _packed_updates(order, batch_size, num_workers, worker_index, accumulation, 
         return out
 
     updates = order.batch(G, drop_remainder=True)
-    return updates.map(as_written(pack), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).unbatch()
+    micro_batches = updates.map(
+        as_written(pack), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+    ).unbatch()
+    if bin_size:
+        micro_batches = micro_batches.map(lambda features: trim(features, bin_size, S))
+    return micro_batches
 
 
 def training_dataset(
@@ -255,16 +265,15 @@ def training_dataset(
         accumulation) are sorted by length and dealt to the workers, each micro-batch cut to its
         bin length L (training/length_bins.py); 0: every micro-batch S long, every W-th to a worker.
       masked_lm_prob: unmasked records only: the masking probability (the seed is `seed`).
-      packing: each update's records packed into rows (training/packing.py); bin_size must be 0.
+      packing: each update's records packed into rows (training/packing.py); with bin_size > 0
+        each packed micro-batch is cut to the bin length of its fullest row.
 
     Returns a tf.data.Dataset of dicts: input_ids, input_mask, segment_ids int32 [B, S] ([B, L]
     binned);
     masked_lm_positions, masked_lm_ids int32 [B, P]; masked_lm_weights float32 [B, P];
     next_sentence_labels int32 [B, 1]. Packed: R rows instead of B (one R per update) and
-    training/packing.layout's features.
+    training/packing.layout's features ([R, L] with bins).
     """
-    if packing and bin_size:
-        raise ValueError("packing lays records out in rows of max_seq_length: bin_size must be 0.")
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
     layout = layout or schema.check_files(files, max_seq_length, max_predictions_per_seq)
@@ -286,6 +295,7 @@ def training_dataset(
             max_predictions_per_seq,
             layout,
             masking,
+            bin_size,
         )
         return d.prefetch(tf.data.AUTOTUNE)
     d = worker_micro_batches(

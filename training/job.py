@@ -353,7 +353,6 @@ def _build_step(s: JobSettings, task, plan: Plan, dist, out):
         lambda dtype: task.build_model(plan.config, dtype), seed=s.seed, precision=s.precision, rank=dist.rank
     )
     task.initialise(model, s, plan, out)
-    rows = task.row_counts(s)
     return plan.update.build(
         model,
         task.objective,
@@ -361,9 +360,9 @@ def _build_step(s: JobSettings, task, plan: Plan, dist, out):
         train_steps=plan.steps,
         distributed=dist,
         jit_compile=s.use_xla,
-        # Packed rows are max_seq_length long: their programs differ in row count instead.
-        bin_lengths=() if rows else bin_lengths(bin_size_of(s), s.max_seq_length),
-        row_counts=rows,
+        # Packed micro-batches differ in row count too: a program per (bin length, row count).
+        bin_lengths=bin_lengths(bin_size_of(s), s.max_seq_length),
+        row_counts=task.row_counts(s),
         trace_ahead=trace_ahead_of(s),
     )
 

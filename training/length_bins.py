@@ -23,8 +23,9 @@ Shapes: B batch, S max_seq_length, L a batch's bin length (<= S), G an update's 
 
 from __future__ import annotations
 
-# The features with a sequence axis (axis 1, S long): the ones a bin shortens.
-SEQUENCE_FEATURES = ("input_ids", "input_mask", "segment_ids")
+# The features with a sequence axis (axis 1, S long): the ones a bin shortens (packed rows add
+# position_ids and sequence_ids: training/packing.py).
+SEQUENCE_FEATURES = ("input_ids", "input_mask", "segment_ids", "position_ids", "sequence_ids")
 DEFAULT_BIN_SIZE = 64  # what --bin_size None means (training.job.JobSettings.bin_size)
 
 

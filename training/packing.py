@@ -3,11 +3,17 @@
 The global order (training/data_order.py) decides which W x k x B sequences form an update, as
 without packing. Packing only changes their layout: the update's sequences are placed into rows
 of max_seq_length S (best fit, longest first: a sequence goes into the row whose free space fits
-it most tightly), the rows are sorted by their real tokens and dealt as a snake over the W x k
-micro-batches of the update (worker r's micro-batch j is slot j x W + r), so every worker's share
-of tokens is about equal, and every micro-batch of the update gets the same row count R: the rows
-needed, rounded up to a multiple of `row_quantum(B)` (XLA compiles one program per R, at most
-B / quantum of them) and never more than B. Rows left over are empty (all padding, no sequence).
+it most tightly), and every micro-batch of the update gets the same row count R: the rows needed,
+rounded up to a multiple of `row_quantum(B)` (XLA compiles one program per R, at most B /
+quantum of them) and never more than B. Rows left over are empty (all padding, no sequence). The
+rows are then dealt to the W x k micro-batches (worker r's micro-batch j is slot j x W + r):
+
+- rows of S (bin_size 0): sorted by their real tokens and dealt as a snake over the slots, so
+  every worker's share of tokens is about equal;
+- with bins (bin_size > 0, training/length_bins.py): sorted by their real tokens (empty rows
+  first) and cut into W x k runs of R consecutive rows, the runs dealt to the workers as a snake
+  (as `length_bins.deal_by_length` deals sequences); each micro-batch is then cut to the bin
+  length of its fullest row, so the update's partly filled rows cost only their bins.
 
 In a row, each sequence keeps its own positions (0 from its first token), token types and
 masked-LM predictions, and attends only to itself (the model builds a block-diagonal attention
@@ -16,10 +22,11 @@ over the same sequences as unpacked and divides by the same update-wide counts (
 sequences: training/objective.py), so an update's gradient is the unpacked one up to float
 summation order.
 
-Bounds per row: at most `max_sequences` M sequences and `row_predictions(P, M)` Q masked-LM
-predictions (P + M: a row of S tokens holds about P predictions at Google's 15%, plus a rounding
-and the one-prediction minimum of each short sequence). A sequence that would break either bound
-goes to another row.
+Bounds per row: at most `max_sequences` M sequences and `row_predictions(P)` Q = P masked-LM
+predictions, the P of one sequence of S tokens. Google's rule gives a sequence of n tokens
+round(0.15 n) predictions (at least 1, at most P), so the sequences that fill a row of S rarely
+hold more; a sequence that would break either bound goes to another row. Q = P keeps the
+masked-LM head's work per row that of an unpacked sequence.
 
 Shapes: G an update's sequences (W x k x B), S max_seq_length, P max_predictions_per_seq, M
 sequences per row, Q predictions per row, R rows per micro-batch, W workers, k micro-batches per
@@ -40,9 +47,9 @@ def row_quantum(batch_size: int) -> int:
     return max(1, -(-batch_size // 16))
 
 
-def row_predictions(max_predictions_per_seq: int, max_sequences: int = MAX_SEQUENCES) -> int:
-    """Q, the masked-LM predictions a row has room for."""
-    return max_predictions_per_seq + max_sequences
+def row_predictions(max_predictions_per_seq: int) -> int:
+    """Q, the masked-LM predictions a row has room for: those of one full-length sequence."""
+    return max_predictions_per_seq
 
 
 def row_counts(batch_size: int) -> tuple[int, ...]:
@@ -91,11 +98,15 @@ def pack(lengths, predictions, max_seq_length: int, max_sequences: int, max_pred
     return rows
 
 
-def deal(rows: list, lengths, num_workers: int, accumulation: int, batch_size: int) -> tuple[int, list]:
+def deal(
+    rows: list, lengths, num_workers: int, accumulation: int, batch_size: int, by_length: bool = False
+) -> tuple[int, list]:
     """(R, slots): the row count of every micro-batch of the update, and for each of the W x k
     micro-batches (slot j x W + r: worker r's j-th) the indices into `rows` it holds, at most R.
-    Rows are sorted by real tokens (most first; ties by index) and dealt as a snake over the
-    slots."""
+    Rows are sorted by real tokens (ties by index). Without `by_length` (rows of S) they are
+    dealt one by one as a snake over the slots, the fullest first; with it (bins) the sorted rows,
+    emptiest first and padded with empty rows to W x k x R, are cut into runs of R, and round j's
+    W runs go to workers 0..W-1 when j is even and W-1..0 when j is odd."""
     slots_count = num_workers * accumulation
     quantum = row_quantum(batch_size)
     needed = -(-len(rows) // slots_count)
@@ -104,8 +115,18 @@ def deal(rows: list, lengths, num_workers: int, accumulation: int, batch_size: i
         raise ValueError(f"{len(rows)} rows do not fit {slots_count} micro-batches of {count}.")
     lengths = np.asarray(lengths, np.int64)
     tokens = np.array([int(lengths[row].sum()) for row in rows], np.int64)
-    order = np.argsort(-tokens, kind="stable")
     slots: list[list[int]] = [[] for _ in range(slots_count)]
+    if by_length:
+        empty = count * slots_count - len(rows)
+        order = [*([-1] * empty), *(int(row) for row in np.argsort(tokens, kind="stable"))]
+        for run in range(slots_count):
+            turn, seat = divmod(run, num_workers)
+            worker = seat if turn % 2 == 0 else num_workers - 1 - seat
+            slots[turn * num_workers + worker] = [
+                row for row in order[run * count : (run + 1) * count] if row >= 0
+            ]
+        return count, slots
+    order = np.argsort(-tokens, kind="stable")
     for n, row in enumerate(order):
         turn, seat = divmod(n, slots_count)
         slots[seat if turn % 2 == 0 else slots_count - 1 - seat].append(int(row))
@@ -189,13 +210,15 @@ def plan(
     accumulation: int,
     batch_size: int,
     max_sequences: int = MAX_SEQUENCES,
+    by_length: bool = False,
 ) -> np.ndarray:
     """Worker `worker_index`'s k micro-batches of one update as int32 [k, R, M]: the update's
     sequences (indices into its G, in the global order; -1 for none) of each row. lengths,
-    predictions: int [G], real tokens and masked-LM predictions (an upper bound will do) of each."""
-    Q = row_predictions(max_predictions_per_seq, max_sequences)
+    predictions: int [G], real tokens and masked-LM predictions (an upper bound will do) of each;
+    by_length: rows dealt in runs for bins (`deal`)."""
+    Q = row_predictions(max_predictions_per_seq)
     rows = pack(lengths, predictions, max_seq_length, max_sequences, Q)
-    count, slots = deal(rows, lengths, num_workers, accumulation, batch_size)
+    count, slots = deal(rows, lengths, num_workers, accumulation, batch_size, by_length)
     out = np.full((accumulation, count, max_sequences), -1, np.int32)
     for j in range(accumulation):
         for n, r in enumerate(slots[j * num_workers + worker_index]):
@@ -207,7 +230,7 @@ def layouts(features: dict, rows: np.ndarray, max_sequences: int = MAX_SEQUENCES
     """`layout` of each micro-batch of `rows` (int [k, R, M], indices into `features`, -1 for
     none), stacked: {name: [k, R, ...]}."""
     S = features["input_ids"].shape[1]
-    Q = row_predictions(features["masked_lm_positions"].shape[1], max_sequences)
+    Q = row_predictions(features["masked_lm_positions"].shape[1])
     count = rows.shape[1]
     batches = [
         layout(features, [[int(i) for i in row if i >= 0] for row in micro], count, S, max_sequences, Q)
@@ -223,15 +246,26 @@ def pack_update(
     accumulation: int,
     batch_size: int,
     max_sequences: int = MAX_SEQUENCES,
+    by_length: bool = False,
 ) -> list:
     """Worker `worker_index`'s k packed micro-batches (layout's dicts, R rows each) of one
-    update's G = W x k x B unpacked features (numpy, in the global order)."""
+    update's G = W x k x B unpacked features (numpy, in the global order); by_length as `plan`
+    (the micro-batches are not cut to bins here)."""
     lengths = features["input_mask"].sum(axis=1)
     predictions = (np.asarray(features["masked_lm_weights"]) > 0).sum(axis=1)
     P = features["masked_lm_positions"].shape[1]
     S = features["input_ids"].shape[1]
     rows = plan(
-        lengths, predictions, S, P, num_workers, worker_index, accumulation, batch_size, max_sequences
+        lengths,
+        predictions,
+        S,
+        P,
+        num_workers,
+        worker_index,
+        accumulation,
+        batch_size,
+        max_sequences,
+        by_length,
     )
     stacked = layouts(features, rows, max_sequences)
     return [{name: value[j] for name, value in stacked.items()} for j in range(accumulation)]

@@ -68,8 +68,8 @@ class PretrainingSettings(job.JobSettings):
         "bool",
         False,
         "Pack each update's sequences into rows of --max_seq_length (each attending to itself "
-        "only): the same sequences per update, less padding computed. --bin_size then shapes "
-        "evaluation batches only.",
+        "only): the same sequences per update, less padding computed. With --bin_size > 0 each "
+        "packed micro-batch is also cut to the bin of its fullest row.",
     )
     on_divergence: str = setting(
         POLICIES,
@@ -246,7 +246,7 @@ class PretrainingTask(Task):
                 window=s.shuffle_buffer,
                 count=count,
                 accumulation=plan.update.accumulation_steps,
-                bin_size=0 if s.packing else job.bin_size_of(s),
+                bin_size=job.bin_size_of(s),
                 masked_lm_prob=masked_lm_prob_of(s),
                 layout=layout,
                 packing=s.packing,

@@ -109,9 +109,9 @@ class TrainStep:
     when there are several, the micro-batches of one update may differ in length and, with k > 1,
     each is its own compiled micro-step (see the module docstring).
     row_counts: the row counts a packed micro-batch may have (training/packing.py: every
-    micro-batch of an update has the same count, so they stack); one program per count.
+    micro-batch of an update has the same count); one program per count and bin length.
     trace_ahead: the first update first traces every program any update may run, for every bin
-    length (or row count), in one order and under settled names (training/compile_cache.py), so
+    length and row count, in one order and under settled names (training/compile_cache.py), so
     that TensorFlow's persistent compilation cache serves a resumed run as it serves a new one.
     """
 
@@ -351,9 +351,9 @@ class TrainStep:
         k = self.accumulation_steps
         started, traced = time.perf_counter(), 0
         self._settle("update")
-        shapes = [(length, None) for length in self.bin_lengths or (None,)]
-        if self.row_counts:
-            shapes = [(None, rows) for rows in self.row_counts]
+        shapes = [
+            (length, rows) for rows in self.row_counts or (None,) for length in self.bin_lengths or (None,)
+        ]
         for length, rows in shapes:
             features = {}
             for name, value in batches[0].items():
@@ -381,7 +381,13 @@ class TrainStep:
             traced += 1
         seconds = time.perf_counter() - started
         self.compile_seconds += seconds
-        what = "row count" if self.row_counts else "bin length"
+        what = (
+            "shape"
+            if self.row_counts and len(self.bin_lengths) > 1
+            else "row count"
+            if self.row_counts
+            else "bin length"
+        )
         self.traced_ahead = (
             f"Traced the update's {traced} program{'s' * (traced > 1)} for {len(shapes)} {what}"
             f"{'s' * (len(shapes) > 1)} "
