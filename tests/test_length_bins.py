@@ -207,9 +207,10 @@ def test_an_update_of_alike_lengths_runs_stacked_at_its_longest():
 @pytest.mark.slow
 def test_binned_and_packed_updates_on_two_horovod_workers_end_where_padded_ones_end(data, tmp_path):
     """Two Horovod workers, 2 micro-batches of 4 each per update, 8 updates: padded, binned and
-    packed (training/packing.py) end within 1e-5 of each other. The packed run is stopped by its
-    STOP file after update 2 and continued by one process (2 x 2 micro-batches of 4 keep the
-    global batch): packing on a changed worker count resumes to the same weights too."""
+    packed (training/packing.py) end within 1e-5 of each other. The packed run, its rows cut to
+    bins of 4 on the two workers, is stopped by its STOP file after update 2 and continued by one
+    process (2 x 2 micro-batches of 4 keep the global batch) in rows of the full length: packing
+    on a changed worker count and layout resumes to the same weights too."""
     env = worker_env()
     runs = {}
 
@@ -232,7 +233,7 @@ def test_binned_and_packed_updates_on_two_horovod_workers_end_where_padded_ones_
     packed = tmp_path / "packed"
     packing = {"bin_size": None, "packing": "true"}
     status, _, err = notice_after_step(
-        [*HOROVODRUN, *command(packed, use_horovod="true", **packing)],
+        [*HOROVODRUN, *command(packed, use_horovod="true", **{**packing, "bin_size": 4})],
         packed,
         env,
         2,
