@@ -259,6 +259,26 @@ def test_tracing_ahead_traces_every_program_of_every_bin_length_before_the_first
         assert step._accumulate.experimental_get_tracing_count() == 2
 
 
+def test_tracing_ahead_with_row_counts_and_bins_traces_every_pair(config):
+    """Packed rows cut to bins (training/packing.py): a program per (row count, bin length)."""
+    step = PretrainingStep(
+        _model(config),
+        keras.optimizers.SGD(0.1),
+        accumulation_steps=2,
+        jit_compile=False,
+        bin_lengths=(8, 16),
+        row_counts=(2, 4),
+        trace_ahead=True,
+    )
+    short, long = _split(random_batch(config, batch=8, seq=16), 2)  # 4 rows each
+    step([_of_length(short, 8), long])
+    counts = [
+        f.experimental_get_tracing_count() for f in (step._accumulate, step._whole_update, step._update)
+    ]
+    assert counts == [4, 4, 1]
+    assert step.traced_ahead.startswith("Traced the update's 9 programs for 4 shapes ahead in ")
+
+
 def test_settled_names_start_at_the_next_multiple_of_the_stride_and_the_cache_is_read_from_tf_xla_flags():
     from tensorflow.python.framework.ops import uid
 
