@@ -227,6 +227,24 @@ def _of_length(batch, length):
     }
 
 
+def _traced_update(config, batch, **options):
+    """A step of 2 micro-batches in bins of 8 that ran one update of a short (8) and a long (16)
+    micro-batch of batch / 2 each: (the step, the tracing counts of its micro-step, stacked update
+    and update programs, the two micro-batches)."""
+    step = PretrainingStep(
+        _model(config),
+        keras.optimizers.SGD(0.1),
+        accumulation_steps=2,
+        jit_compile=False,
+        bin_lengths=(8, 16),
+        **options,
+    )
+    short, long = _split(random_batch(config, batch=batch, seq=16), 2)
+    step([_of_length(short, 8), long])
+    functions = (step._accumulate, step._whole_update, step._update)
+    return step, [f.experimental_get_tracing_count() for f in functions], (_of_length(short, 8), long)
+
+
 @pytest.mark.parametrize("trace_ahead", [True, False])
 def test_tracing_ahead_traces_every_program_of_every_bin_length_before_the_first_update(config, trace_ahead):
     """Two micro-batches of 8 and 16 positions (bins of 8): with trace_ahead the first update has
@@ -236,45 +254,20 @@ def test_tracing_ahead_traces_every_program_of_every_bin_length_before_the_first
 
     from training.compile_cache import STRIDE
 
-    step = PretrainingStep(
-        _model(config),
-        keras.optimizers.SGD(0.1),
-        accumulation_steps=2,
-        jit_compile=False,
-        bin_lengths=(8, 16),
-        trace_ahead=trace_ahead,
-    )
-    short, long = _split(random_batch(config, batch=4, seq=16), 2)
     before = uid()
-    step([_of_length(short, 8), long])
-    counts = [
-        f.experimental_get_tracing_count() for f in (step._accumulate, step._whole_update, step._update)
-    ]
+    step, counts, (short, long) = _traced_update(config, batch=4, trace_ahead=trace_ahead)
     assert counts == ([2, 2, 1] if trace_ahead else [2, 0, 1])
     assert (uid() // STRIDE > before // STRIDE) == trace_ahead
     assert (step.traced_ahead is not None) == trace_ahead
     if trace_ahead:
         assert step.traced_ahead.startswith("Traced the update's 5 programs for 2 bin lengths ahead in ")
-        step([long, _of_length(short, 8)])  # nothing new to trace
+        step([long, short])  # nothing new to trace
         assert step._accumulate.experimental_get_tracing_count() == 2
 
 
 def test_tracing_ahead_with_row_counts_and_bins_traces_every_pair(config):
     """Packed rows cut to bins (training/packing.py): a program per (row count, bin length)."""
-    step = PretrainingStep(
-        _model(config),
-        keras.optimizers.SGD(0.1),
-        accumulation_steps=2,
-        jit_compile=False,
-        bin_lengths=(8, 16),
-        row_counts=(2, 4),
-        trace_ahead=True,
-    )
-    short, long = _split(random_batch(config, batch=8, seq=16), 2)  # 4 rows each
-    step([_of_length(short, 8), long])
-    counts = [
-        f.experimental_get_tracing_count() for f in (step._accumulate, step._whole_update, step._update)
-    ]
+    step, counts, _ = _traced_update(config, batch=8, trace_ahead=True, row_counts=(2, 4))  # 4 rows each
     assert counts == [4, 4, 1]
     assert step.traced_ahead.startswith("Traced the update's 9 programs for 4 shapes ahead in ")
 
