@@ -182,7 +182,7 @@ def _packed_updates(
     )
     names = (*schema.FEATURE_NAMES, *packing.PACKED_FEATURES)
     dtypes = {"masked_lm_weights": tf.float32, "next_sentence_weights": tf.float32}
-    Q = packing.row_predictions(P)
+    Q = P  # a packed row holds one sequence's predictions (training/packing.py)
     widths = {name: Q for name in ("masked_lm_positions", "masked_lm_ids", "masked_lm_weights")}
     widths.update(dict.fromkeys(("cls_positions", "next_sentence_labels", "next_sentence_weights"), M))
 

@@ -22,7 +22,7 @@ over the same sequences as unpacked and divides by the same update-wide counts (
 sequences: training/objective.py), so an update's gradient is the unpacked one up to float
 summation order.
 
-Bounds per row: at most `max_sequences` M sequences and `row_predictions(P)` Q = P masked-LM
+Bounds per row: at most `max_sequences` M sequences and Q = P masked-LM
 predictions, the P of one sequence of S tokens. Google's rule gives a sequence of n tokens
 round(0.15 n) predictions (at least 1, at most P), so the sequences that fill a row of S rarely
 hold more; a sequence that would break either bound goes to another row. Q = P keeps the
@@ -45,11 +45,6 @@ PACKED_FEATURES = ("position_ids", "sequence_ids", "cls_positions", "next_senten
 def row_quantum(batch_size: int) -> int:
     """Row counts are multiples of this: at most 16 shapes per micro-batch size."""
     return max(1, -(-batch_size // 16))
-
-
-def row_predictions(max_predictions_per_seq: int) -> int:
-    """Q, the masked-LM predictions a row has room for: those of one full-length sequence."""
-    return max_predictions_per_seq
 
 
 def row_counts(batch_size: int) -> tuple[int, ...]:
@@ -216,8 +211,7 @@ def plan(
     sequences (indices into its G, in the global order; -1 for none) of each row. lengths,
     predictions: int [G], real tokens and masked-LM predictions (an upper bound will do) of each;
     by_length: rows dealt in runs for bins (`deal`)."""
-    Q = row_predictions(max_predictions_per_seq)
-    rows = pack(lengths, predictions, max_seq_length, max_sequences, Q)
+    rows = pack(lengths, predictions, max_seq_length, max_sequences, max_predictions_per_seq)
     count, slots = deal(rows, lengths, num_workers, accumulation, batch_size, by_length)
     out = np.full((accumulation, count, max_sequences), -1, np.int32)
     for j in range(accumulation):
@@ -230,7 +224,7 @@ def layouts(features: dict, rows: np.ndarray, max_sequences: int = MAX_SEQUENCES
     """`layout` of each micro-batch of `rows` (int [k, R, M], indices into `features`, -1 for
     none), stacked: {name: [k, R, ...]}."""
     S = features["input_ids"].shape[1]
-    Q = row_predictions(features["masked_lm_positions"].shape[1])
+    Q = features["masked_lm_positions"].shape[1]  # a row holds one sequence's P predictions
     count = rows.shape[1]
     batches = [
         layout(features, [[int(i) for i in row if i >= 0] for row in micro], count, S, max_sequences, Q)
