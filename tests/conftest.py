@@ -296,7 +296,7 @@ def pretraining_workspace(tmp_path, records: int = 2) -> dict:
 
 def pytest_collection_modifyitems(config, items):
     """The files with the most slow tests run first, each file's tests in their own order.
-    scripts/test.sh runs the suite in two processes, each taking the next whole file as it
+    scripts/test.sh runs the suite in three processes, each taking the next whole file as it
     frees (pytest-xdist's loadfile): long files started first leave only short ones to even
     out the end, and a file's module fixtures are built once."""
     slow = {}
