@@ -248,28 +248,29 @@ def _traced_update(config, batch, **options):
 @pytest.mark.parametrize("trace_ahead", [True, False])
 def test_tracing_ahead_traces_every_program_of_every_bin_length_before_the_first_update(config, trace_ahead):
     """Two micro-batches of 8 and 16 positions (bins of 8): with trace_ahead the first update has
-    traced the micro-step and the stacked update at both lengths and the update program, the names
-    settled first (training/compile_cache.py); without, only what the update ran."""
+    traced the micro-step and the stacked update once for both lengths, and the update program, the
+    names settled first (training/compile_cache.py); without, only what the update ran."""
     from tensorflow.python.framework.ops import uid
 
     from training.compile_cache import STRIDE
 
     before = uid()
     step, counts, (short, long) = _traced_update(config, batch=4, trace_ahead=trace_ahead)
-    assert counts == ([2, 2, 1] if trace_ahead else [2, 0, 1])
+    assert counts == ([1, 1, 1] if trace_ahead else [1, 0, 1])
     assert (uid() // STRIDE > before // STRIDE) == trace_ahead
     assert (step.traced_ahead is not None) == trace_ahead
     if trace_ahead:
-        assert step.traced_ahead.startswith("Traced the update's 5 programs for 2 bin lengths ahead in ")
-        step([long, short])  # nothing new to trace
-        assert step._accumulate.experimental_get_tracing_count() == 2
+        assert step.traced_ahead.startswith("Traced the update's 3 programs for 2 bin lengths ahead in ")
+    step([long, short])  # nothing new to trace
+    assert step._accumulate.experimental_get_tracing_count() == 1
 
 
 def test_tracing_ahead_with_row_counts_and_bins_traces_every_pair(config):
-    """Packed rows cut to bins (training/packing.py): a program per (row count, bin length)."""
+    """Packed rows cut to bins (training/packing.py): one trace of each program serves every
+    (row count, bin length)."""
     step, counts, _ = _traced_update(config, batch=8, trace_ahead=True, row_counts=(2, 4))  # 4 rows each
-    assert counts == [4, 4, 1]
-    assert step.traced_ahead.startswith("Traced the update's 9 programs for 4 shapes ahead in ")
+    assert counts == [1, 1, 1]
+    assert step.traced_ahead.startswith("Traced the update's 3 programs for 4 shapes ahead in ")
 
 
 def test_settled_names_start_at_the_next_multiple_of_the_stride_and_the_cache_is_read_from_tf_xla_flags():
@@ -288,9 +289,10 @@ def test_settled_names_start_at_the_next_multiple_of_the_stride_and_the_cache_is
 
 
 @pytest.mark.parametrize("binned", [True, False])
-def test_a_trace_per_bin_length_draws_no_retracing_warning(config, binned):
-    """Five evaluation batches of five lengths: five traces of one function, which TensorFlow
-    warns about unless the step knows them for its bin lengths."""
+def test_one_trace_serves_every_bin_length_and_draws_no_retracing_warning(config, binned):
+    """Five evaluation batches of five lengths: a step that knows them for its bin lengths traces
+    its function once for all five; one that expects a single length traces it five times, which
+    TensorFlow warns about."""
     import logging
 
     class Collect(logging.Handler):
@@ -312,6 +314,6 @@ def test_a_trace_per_bin_length_draws_no_retracing_warning(config, binned):
         step.evaluate(_of_length(batch, length) for length in lengths)
     finally:
         tf.get_logger().removeHandler(collect)
-    assert step._evaluate.experimental_get_tracing_count() == 5
+    assert step._evaluate.experimental_get_tracing_count() == (1 if binned else 5)
     warned = [m for m in collect.messages if "triggered tf.function retracing" in m]
     assert (warned == []) == binned, collect.messages

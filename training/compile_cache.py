@@ -12,7 +12,8 @@ BERT-large on a GPU, at every restart of a days-long run.
 So a run that keeps compiled programs (`persistent_cache_in_use`) first moves the counter on to
 the next multiple of STRIDE (`settle_names`), the same value in a new and a resumed run since
 both build far less than that before their first update, and then traces every program an update
-may run, for every bin length, in one fixed order (TrainStep's `trace_ahead`). Tracing builds a
+may run, in one fixed order, each once for every bin length and row count (TrainStep's
+`trace_ahead`). Tracing builds a
 graph and compiles nothing: each program is still compiled, or loaded from the cache, the first
 time it runs.
 

@@ -24,9 +24,12 @@ be stacked. With several bin lengths and k > 1 an update is instead one compiled
 micro-batch (its gradients added to the sums it is handed, one program per bin length) and one
 compiled update program, unless its micro-batches are so alike in length that padding them all
 to the longest costs little (STACK_ABOVE): then they are stacked at that length as usual. With
-k = 1 the whole-update program serves each length. The programs number at most twice
-max_seq_length / bin_size (plus the update), each compiled the first time its shape comes: that call is waited for and timed once (`compiled`, `compile_seconds`), so
-compilation is reported per shape and kept out of steady throughput.
+k = 1 the whole-update program serves each length. Each program is traced once for features of
+any length and row count (`_relaxed`: tracing the L2/H32 test model's update takes seconds, a
+BERT's tens of seconds, per trace) and compiled by XLA per shape, at most twice
+max_seq_length / bin_size compilations (plus the update), each the first time its shape comes:
+that call is waited for and timed once (`compiled`, `compile_seconds`), so compilation is
+reported per shape and kept out of steady throughput.
 
 Nothing is read back per update: `dispatch` queues an update and returns its outputs as device
 tensors (the objective's sums, whether it was applied, the learning rate it used, the loss scale
@@ -63,6 +66,15 @@ def _micro_batch(stacked, i):
 def _shape_of(features) -> tuple:
     """The shape that decides a compiled program: the token ids' (e.g. [B, L] or [k, B, L])."""
     return tuple(features["input_ids"].shape)
+
+
+def _relaxed(features, leading: int) -> dict:
+    """Specs of `features` that features of every bin length and row count match: each axis after
+    the first `leading` (the k of micro-batches stacked) unknown."""
+    return {
+        name: tf.TensorSpec([*value.shape[:leading], *[None] * (len(value.shape) - leading)], value.dtype)
+        for name, value in features.items()
+    }
 
 
 # An update of micro-batches of several lengths runs as micro-steps only when that computes
@@ -169,19 +181,10 @@ class TrainStep:
         self._sum_scalars = step(lambda vector: self.distributed.sum([vector])[0])
         self._evaluate = step(self._evaluate_batch, jit_compile=jit_compile)
         self._predict = step(lambda features: self.model(features, training=False), jit_compile=jit_compile)
-        if len(self.bin_lengths) > 1 or len(self.row_counts) > 1:
-            # A trace per bin length (or row count) is the design (at most max_seq_length / bin_size of them):
-            # TensorFlow's "calls ... triggered tf.function retracing" warning would say nothing
-            # true, so these functions leave it out (the attribute TensorFlow's own loaded
-            # SavedModel functions set).
-            for function in (
-                self._accumulate,
-                self._whole_update,
-                self._gradients,
-                self._evaluate,
-                self._predict,
-            ):
-                function._omit_frequent_tracing_warning = True
+        # Several bin lengths or row counts: each program is traced once, for features of any
+        # length and row count (`_relaxed`), and compiled per shape the first time it runs.
+        self.relaxed = len(self.bin_lengths) > 1 or len(self.row_counts) > 1
+        self._traced_relaxed: set[int] = set()  # id() of the functions traced so
         self.broadcast()
 
     # --- the compiled parts -------------------------------------------------------------------
@@ -339,11 +342,10 @@ class TrainStep:
             settle_names()
 
     def _trace_every_program(self, batches) -> None:
-        """Traces each compiled program an update may run, for each bin length from the shortest,
-        under settled names (`trace_ahead`, training/compile_cache.py); `batches` (one update's
-        micro-batches) give the features' kinds. Nothing is compiled or run here."""
-        from training.length_bins import SEQUENCE_FEATURES
-
+        """Traces each compiled program an update may run, once for every bin length and row count
+        (`_trace_relaxed`), under settled names (`trace_ahead`, training/compile_cache.py);
+        `batches` (one update's micro-batches) give the features' kinds. Nothing is compiled or
+        run here."""
         scalar = tf.TensorSpec([], tf.float32)
         denominators = {name: scalar for name in self._denominators(batches)}
         sums = {name: scalar for name in self.objective.sums}
@@ -354,28 +356,23 @@ class TrainStep:
         shapes = [
             (length, rows) for rows in self.row_counts or (None,) for length in self.bin_lengths or (None,)
         ]
-        for length, rows in shapes:
-            features = {}
-            for name, value in batches[0].items():
-                shape = list(value.shape)
-                if length and name in SEQUENCE_FEATURES:
-                    shape[-1] = length
-                if rows:
-                    shape[0] = rows
-                features[name] = tf.TensorSpec(shape, value.dtype)
-            stacked = (
-                features
-                if k == 1
-                else {n: tf.TensorSpec([k, *f.shape], f.dtype) for n, f in features.items()}
-            )
-            if self.distributed.size == 1:
-                self._whole_update.get_concrete_function(stacked)
+        features = {name: tf.TensorSpec(value.shape, value.dtype) for name, value in batches[0].items()}
+        stacked = (
+            features if k == 1 else {n: tf.TensorSpec([k, *f.shape], f.dtype) for n, f in features.items()}
+        )
+        programs = [
+            (self._whole_update, int(k > 1), stacked)
+            if self.distributed.size == 1
+            else (self._gradients, int(k > 1), stacked, denominators)
+        ]
+        if self.micro_steps:
+            programs.append((self._accumulate, 0, features, denominators, gradients, sums))
+        for function, leading, *args in programs:
+            if self.relaxed:
+                self._trace_relaxed(function, leading, *args)  # one trace for every shape
             else:
-                self._gradients.get_concrete_function(stacked, denominators)
+                function.get_concrete_function(*args)
             traced += 1
-            if self.micro_steps:
-                self._accumulate.get_concrete_function(features, denominators, gradients, sums)
-                traced += 1
         if self.micro_steps or self.distributed.size > 1:
             self._update.get_concrete_function(gradients, {**sums, **denominators})
             traced += 1
@@ -394,11 +391,21 @@ class TrainStep:
             f"ahead in {seconds:.1f} s (named as in every run: the XLA cache serves a resumed run)."
         )
 
+    def _trace_relaxed(self, function, leading: int, features, *rest) -> None:
+        """With several bin lengths or row counts (`relaxed`), traces `function` once for features
+        of any length and row count (`_relaxed`; `rest` as they are): every call then runs that
+        trace, compiled per shape the first time the shape comes. Otherwise nothing."""
+        if self.relaxed and id(function) not in self._traced_relaxed:
+            function.get_concrete_function(_relaxed(features, leading), *rest)
+            self._traced_relaxed.add(id(function))
+
     def _timed(self, program: str, features, function, *args):
         """function(*args); the first call for a shape (which compiles) is waited for and timed."""
         key = (program, _shape_of(features))
         if key in self._shapes_seen:
             return function(*args)
+        stacked = program != "micro-step" and self.accumulation_steps > 1
+        self._trace_relaxed(function, int(stacked), *args)
         started = time.perf_counter()
         outputs = function(*args)
         # A scalar output: waiting for it waits for the program without copying a tensor back.
@@ -454,6 +461,7 @@ class TrainStep:
         totals, count = {}, 0
         self._settle("evaluate")
         for features in itertools.islice(batches, max_batches):
+            self._trace_relaxed(self._evaluate, 0, features)
             totals = _add(totals, self._evaluate(features))
             count += 1
         if count == 0:
@@ -465,6 +473,7 @@ class TrainStep:
     def predict(self, features) -> dict:
         """The model's outputs for one batch (inference: no dropout), as NumPy arrays."""
         self._settle("predict")
+        self._trace_relaxed(self._predict, 0, features)
         return {name: value.numpy() for name, value in self._predict(features).items()}
 
     # --- state --------------------------------------------------------------------------------
