@@ -184,7 +184,7 @@ class TrainStep:
         # Several bin lengths or row counts: each program is traced once, for features of any
         # length and row count (`_relaxed`), and compiled per shape the first time it runs.
         self.relaxed = len(self.bin_lengths) > 1 or len(self.row_counts) > 1
-        self._traced_relaxed: set[int] = set()  # id() of the functions traced so
+        self._traced_relaxed: set[int] = set()  # id() of the functions traced for every shape
         self.broadcast()
 
     # --- the compiled parts -------------------------------------------------------------------
