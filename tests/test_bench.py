@@ -13,13 +13,14 @@ import time
 import pytest
 
 from bench import harness
+from conftest import xla_default_effort
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NUMBER = re.compile(r"-?[\d,]+(\.\d+)?(x| s)?")  # 1,234 / 0.99 / 1.00x / 0.12 s
 NUMBER_RANGE = re.compile(r"[\d,.]+ \([\d,.]+-[\d,.]+\)")  # median (min-max)
 
 
-def run_bench(script: str, *args: str) -> str:
+def run_bench(script: str, *args: str, env=None) -> str:
     """Runs `python -m bench NAME` (NAME: `script` less .py) with `args` as a user would; its stdout."""
     done = subprocess.run(
         [sys.executable, "-m", "bench", script.removesuffix(".py"), *args],
@@ -27,7 +28,7 @@ def run_bench(script: str, *args: str) -> str:
         capture_output=True,
         text=True,
         timeout=900,  # a guard against a hang: two test processes share the cores
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        env={**(env or os.environ), "TF_CPP_MIN_LOG_LEVEL": "2"},
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
@@ -646,6 +647,7 @@ def test_finetune_quality(tmp_path):
         "finetune_quality.py",
         *("--seeds", "1", "--tasks", "squad", "--ours=", "--train_questions", "24", "--dev_questions", "12"),
         *("--work_dir", str(tmp_path)),
+        env=xla_default_effort(dict(os.environ)),  # hundreds of updates
     )
     [(header, rows)] = tables(out)
     assert header == ["seed", "ours defaults", "Hugging Face", "HF - ours defaults"]

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from conftest import ROOT, XLA_CACHE_FLAG, worker_env
+from conftest import ROOT, XLA_CACHE_FLAG, worker_env, xla_default_effort
 
 # TensorFlow's start-up notes (common/tensorflow_startup.py), matched loosely on purpose: any line
 # that carries one of them counts, whichever process printed it.
@@ -25,6 +25,7 @@ def test_quickstart_runs_every_stage_and_prints_the_results(tmp_path, minilm_dir
     # text format first, and protobuf logs that failure (after absl's preface) before the binary
     # read succeeds, so a warm cache would put lines on stderr that no user sees.
     env["TF_XLA_FLAGS"] = env.get("TF_XLA_FLAGS", "").replace(XLA_CACHE_FLAG, "").strip()
+    env = xla_default_effort(env)  # the fine-tunes run hundreds of updates
     result = subprocess.run(
         [
             "bash",
