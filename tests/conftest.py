@@ -322,6 +322,36 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: (-slow[item.path], first_seen[item.path]))
 
 
+# Where the suite's CPU goes: with BERT_TEST_CPU_LOG=PATH each test appends one JSON line to PATH,
+# its wall seconds and the CPU seconds (user + sys) of the pytest process ("self") and of the
+# children it waited for ("children") while it ran; `python tests/cpu_log.py PATH` sums them. A
+# module fixture's cost counts to the test that first needs it, and a process the test did not
+# wait for (a daemon, a forked server's children until it is reaped) to whichever test reaps it.
+CPU_LOG = os.environ.get("BERT_TEST_CPU_LOG")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    if not CPU_LOG:
+        yield
+        return
+    import json
+    import resource
+    import time
+
+    def cpu(who):
+        usage = resource.getrusage(who)
+        return usage.ru_utime + usage.ru_stime
+
+    start = time.monotonic(), cpu(resource.RUSAGE_SELF), cpu(resource.RUSAGE_CHILDREN)
+    yield
+    end = time.monotonic(), cpu(resource.RUSAGE_SELF), cpu(resource.RUSAGE_CHILDREN)
+    wall, own, children = (round(b - a, 2) for a, b in zip(start, end))
+    line = json.dumps({"test": item.nodeid, "wall": wall, "self": own, "children": children})
+    with open(CPU_LOG, "a", encoding="utf-8") as f:  # one short append per test: whole lines
+        f.write(line + "\n")
+
+
 def pytest_unconfigure(config):
     """The run's XLA cache goes with the process that made it (pytest's own, or xdist's controller)."""
     if XLA_CACHE_OWNER:
