@@ -162,6 +162,9 @@ def _child(request: dict) -> None:
 
 def main() -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from common.tensorflow_startup import quiet_startup
+
+    quiet_startup()  # as the entry points import TensorFlow: its objects frozen, shared by the forks
     import keras  # noqa: F401
     import tensorflow  # noqa: F401
 

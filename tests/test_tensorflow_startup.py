@@ -84,3 +84,31 @@ def test_kerass_optional_integrations_wait_until_someone_asks_for_them():
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout == "6 []\n0.5 matplotlib\n"
+
+
+def test_the_import_pauses_the_garbage_collector_and_freezes_what_it_made():
+    result = _run(
+        "import gc, weakref\n"
+        "from common.tensorflow_startup import quiet_startup\n"
+        "quiet_startup()\n"
+        "full = gc.get_stats()[2]['collections']\n"
+        "import tensorflow as tf\n"
+        "print(gc.isenabled(), gc.get_stats()[2]['collections'] - full, gc.get_freeze_count() > 200_000)\n"
+        "class Cycle: pass\n"
+        "made = Cycle(); made.me = made; ref = weakref.ref(made); del made\n"
+        "gc.collect()\n"
+        "print(ref() is None)  # what the run makes later is collected as ever\n"
+    )
+    assert result.returncode == 0, result.stderr
+    # Enabled again; one full collection (the one after the import, none during it); TensorFlow's
+    # objects frozen.
+    assert result.stdout == "True 1 True\nTrue\n"
+    paused = _run(
+        "import gc\n"
+        "from common.tensorflow_startup import quiet_startup\n"
+        "gc.disable()\n"
+        "quiet_startup()\n"
+        "import tensorflow\n"
+        "print(gc.isenabled())\n"
+    )
+    assert paused.stdout == "False\n", paused.stderr  # a program that paused it keeps it paused
