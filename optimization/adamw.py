@@ -39,6 +39,13 @@ _OWNED_ELSEWHERE = {
 }
 
 
+class _PerUpdate:
+    """The scalars one apply() shares with its variables' update_step calls. A plain object: the
+    optimizer's checkpoint tracking wraps and follows a dict or list set on it, not this."""
+
+    scalars: dict | None = None
+
+
 class DecoupledWeightDecayAdam(keras.optimizers.Optimizer):
     """Adam moments + decoupled weight decay with path-based exclusion; see the module docstring.
 
@@ -91,6 +98,7 @@ class DecoupledWeightDecayAdam(keras.optimizers.Optimizer):
         self.epsilon = float(epsilon)
         self.exclude_patterns = tuple(exclude_from_weight_decay)
         self._excluded = ()
+        self._per_update = _PerUpdate()
 
     @property
     def clip_global_norm(self) -> float | None:
@@ -133,29 +141,57 @@ class DecoupledWeightDecayAdam(keras.optimizers.Optimizer):
         # (summed) gradient is different. Densify first so clipping sees the real gradient; the
         # Adam moments are dense anyway.
         grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]
-        return super().apply(grads, trainable_variables)
+        # The scalars every variable's step shares, made once per update instead of once per
+        # variable: the same values in a third fewer traced operations (docs/performance.md).
+        # The base class increments `iterations` only after every variable's step.
+        self._per_update.scalars = self._shared_scalars()
+        try:
+            return super().apply(grads, trainable_variables)
+        finally:
+            self._per_update.scalars = None
 
-    def _scale_update(self, update, weight, index):
-        """Hook for LAMB's trust ratio; Adam applies the update as it is."""
+    def _shared_scalars(self) -> dict:
+        """b1, 1 - b1, b2, 1 - b2, eps, wd, 0 and 1 as float32 tensors, and the bias corrections
+        1 - b1^t and 1 - b2^t for t = iterations + 1 (AdamW, LAMB)."""
+        scalars = {
+            "b1": self.beta_1,
+            "1-b1": 1.0 - self.beta_1,
+            "b2": self.beta_2,
+            "1-b2": 1.0 - self.beta_2,
+            "eps": self.epsilon,
+            "wd": self.weight_decay_rate,
+            "0": 0.0,
+            "1": 1.0,
+        }
+        shared = {name: tf.constant(value, tf.float32) for name, value in scalars.items()}
+        if self.bias_correction:
+            t = tf.cast(self.iterations + 1, tf.float32)
+            shared["c1"] = 1.0 - tf.pow(shared["b1"], t)
+            shared["c2"] = 1.0 - tf.pow(shared["b2"], t)
+        return shared
+
+    def _scale_update(self, update, weight, index, shared):
+        """Hook for LAMB's trust ratio (`shared`: _shared_scalars()); Adam applies the update as
+        it is."""
         return update
 
     def update_step(self, gradient, variable, learning_rate):
+        shared = self._per_update.scalars or self._shared_scalars()  # called outside apply(): its own
         index = self._get_variable_index(variable)
         m_slot, v_slot = self._m[index], self._v[index]
         grad = tf.cast(tf.convert_to_tensor(gradient), tf.float32)
         weight = tf.convert_to_tensor(variable)
-        m = self.beta_1 * tf.convert_to_tensor(m_slot) + (1.0 - self.beta_1) * grad
-        v = self.beta_2 * tf.convert_to_tensor(v_slot) + (1.0 - self.beta_2) * tf.square(grad)
+        m = shared["b1"] * tf.convert_to_tensor(m_slot) + shared["1-b1"] * grad
+        v = shared["b2"] * tf.convert_to_tensor(v_slot) + shared["1-b2"] * tf.square(grad)
         self.assign(m_slot, m)
         self.assign(v_slot, v)
         if self.bias_correction:
-            t = tf.cast(self.iterations + 1, tf.float32)
-            m = m / (1.0 - tf.pow(self.beta_1, t))
-            v = v / (1.0 - tf.pow(self.beta_2, t))
-        update = m / (tf.sqrt(v) + self.epsilon)
+            m = m / shared["c1"]
+            v = v / shared["c2"]
+        update = m / (tf.sqrt(v) + shared["eps"])
         if self.weight_decay_rate > 0 and not self._excluded[index]:
-            update += self.weight_decay_rate * weight
-        update = self._scale_update(update, weight, index)
+            update += shared["wd"] * weight
+        update = self._scale_update(update, weight, index, shared)
         self.assign_sub(variable, tf.cast(learning_rate, tf.float32) * update)
 
     def get_config(self):

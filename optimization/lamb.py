@@ -34,14 +34,17 @@ class LAMB(DecoupledWeightDecayAdam):
         super().__init__(learning_rate, **kwargs)
         self.trust_ratio_for_excluded = bool(trust_ratio_for_excluded)
 
-    def _scale_update(self, update, weight, index):
+    def _scale_update(self, update, weight, index, shared):
         if self._excluded[index] and not self.trust_ratio_for_excluded:
             return update
+        zero, one = shared["0"], shared["1"]
         w_norm = tf.norm(weight)
         u_norm = tf.norm(update)
-        both_positive = tf.logical_and(w_norm > 0.0, u_norm > 0.0)
+        u_positive = u_norm > zero
         # A zero-initialised bias has ||w|| = 0: its first steps use r = 1, not 0.
-        ratio = tf.where(both_positive, w_norm / tf.where(u_norm > 0.0, u_norm, 1.0), 1.0)
+        ratio = tf.where(
+            tf.logical_and(w_norm > zero, u_positive), w_norm / tf.where(u_positive, u_norm, one), one
+        )
         return ratio * update
 
     def get_config(self):
