@@ -25,7 +25,7 @@ def test_quickstart_runs_every_stage_and_prints_the_results(tmp_path, minilm_dir
     # text format first, and protobuf logs that failure (after absl's preface) before the binary
     # read succeeds, so a warm cache would put lines on stderr that no user sees.
     env["TF_XLA_FLAGS"] = env.get("TF_XLA_FLAGS", "").replace(XLA_CACHE_FLAG, "").strip()
-    env = xla_default_effort(env)  # the fine-tunes run hundreds of updates
+    env = xla_default_effort(env)  # all-MiniLM-L6-v2's update: 10 s to compile, 26 s at the least effort
     result = subprocess.run(
         [
             "bash",
