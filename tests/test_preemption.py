@@ -15,6 +15,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from typing import NamedTuple
 
 import numpy as np
@@ -256,3 +257,28 @@ def test_request_stop_writes_the_notice_the_run_sees(tmp_path):
     assert notices.local() == "STOP file" and notices.stop_now() is True
     notices.clear_stale_file()  # written after this process started: a notice for this run, kept
     assert notices.local() == "STOP file"
+
+
+def test_a_stop_file_written_just_before_a_process_started_is_cleared_by_it(tmp_path):
+    """The run a requeued or repeated command continues may have written its STOP file a fraction
+    of a second before the new process starts: the new process clears it (its start time is
+    exact to a clock tick, not to the second), and keeps one written after it started."""
+    output_dir = tmp_path / "out"
+    code = (
+        "import os, sys, time\n"
+        "from training.preemption import StopRequests, _process_start_time\n"
+        "print(round(time.time() - _process_start_time(), 3))\n"
+        "StopRequests(sys.argv[1]).clear_stale_file()\n"
+        "print(os.path.exists(os.path.join(sys.argv[1], 'STOP')))\n"
+    )
+    from training.preemption import request_stop
+
+    for _ in range(3):
+        request_stop(str(output_dir))
+        time.sleep(0.05)  # the old run's exit (more than a clock tick: 10 ms)
+        done = subprocess.run(
+            [sys.executable, "-c", code, str(output_dir)], env=worker_env(), capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr
+        running, kept = done.stdout.split()
+        assert 0 <= float(running) < 0.5 and kept == "False", done.stdout
