@@ -42,8 +42,8 @@ def _process_start_time() -> float:
     """When this process started, in seconds since the epoch, to a clock tick (10 ms) on Linux: its
     start in ticks since boot (/proc/self/stat) set against the boot clock now. psutil's
     create_time adds that start to the boot time /proc/stat gives in whole seconds, so it can be up
-    to a second early (0.95 s on CI's machines), and a STOP file written in the second before the
-    process started, by the run it continues, would count as a notice for it."""
+    to a second early (0.95-1.04 s on the 2-core test machines), and a STOP file written in the
+    second before the process started, by the run it continues, would count as a notice for it."""
     try:
         with open("/proc/self/stat", encoding="ascii") as f:
             ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # field 22, starttime
