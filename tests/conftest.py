@@ -27,11 +27,17 @@ if XLA_CACHE_FLAG not in os.environ.get("TF_XLA_FLAGS", ""):
     os.environ["TF_XLA_FLAGS"] = f"{os.environ.get('TF_XLA_FLAGS', '')} {XLA_CACHE_FLAG}".strip()
 # XLA's least backend effort (LLVM at -O0, its expensive passes off) for every process of the run:
 # most tests compile tiny programs and run them a few times, and those compiles take seconds less
-# CPU each. The code it makes runs slower (250 updates of the word-order task: 4x the CPU), and a
-# larger model compiles slower too (all-MiniLM-L6-v2's update: 26 s against 10), so the few runs
-# of hundreds of updates or of that model take XLA's default effort back (`xla_default_effort`).
-# The effort changes how fast a program runs; no test compares numbers across efforts.
-XLA_TEST_FLAGS = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
+# CPU each. At that effort XLA's older loop emitters (its new fusion emitters off) compile a tiny
+# update in 3.7 s instead of 4.9 and make code that runs twice as fast; at the default effort they
+# gain nothing. The code still runs slower than the default effort's (250 updates of the
+# word-order task: 4x the CPU), and a larger model compiles slower too (all-MiniLM-L6-v2's update:
+# 26 s against 10), so the few runs of hundreds of updates or of that model take XLA's default
+# effort back (`xla_default_effort`). These flags change how fast a program compiles and runs; no
+# test compares numbers across them.
+XLA_TEST_FLAGS = (
+    "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true "
+    "--xla_cpu_use_fusion_emitters=false"
+)
 if XLA_TEST_FLAGS not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {XLA_TEST_FLAGS}".strip()
 
@@ -324,7 +330,7 @@ def pytest_collection_modifyitems(config, items):
 
 
 # Where the suite's CPU goes: with BERT_TEST_CPU_LOG=PATH each test appends one JSON line to PATH,
-# its wall seconds and the CPU seconds (user + sys) of the pytest process ("self") and of the
+# its process (pytest-xdist's worker name), when it began (epoch seconds), its wall seconds and the CPU seconds (user + sys) of the pytest process ("self") and of the
 # children it waited for ("children") while it ran; `python tests/cpu_log.py PATH` sums them. A
 # module fixture's cost counts to the test that first needs it, and a process the test did not
 # wait for (a daemon, a forked server's children until it is reaped) to whichever test reaps it.
@@ -344,11 +350,22 @@ def pytest_runtest_protocol(item, nextitem):
         usage = resource.getrusage(who)
         return usage.ru_utime + usage.ru_stime
 
+    began = time.time()
     start = time.monotonic(), cpu(resource.RUSAGE_SELF), cpu(resource.RUSAGE_CHILDREN)
     yield
     end = time.monotonic(), cpu(resource.RUSAGE_SELF), cpu(resource.RUSAGE_CHILDREN)
     wall, own, children = (round(b - a, 2) for a, b in zip(start, end))
-    line = json.dumps({"test": item.nodeid, "wall": wall, "self": own, "children": children})
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    line = json.dumps(
+        {
+            "test": item.nodeid,
+            "worker": worker,
+            "began": round(began, 2),
+            "wall": wall,
+            "self": own,
+            "children": children,
+        }
+    )
     with open(CPU_LOG, "a", encoding="utf-8") as f:  # one short append per test: whole lines
         f.write(line + "\n")
 
