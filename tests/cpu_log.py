@@ -1,5 +1,6 @@
-"""Sums a BERT_TEST_CPU_LOG file (tests/conftest.py writes it: one JSON line per test) by file and
-by test, the largest CPU first:
+"""Sums a BERT_TEST_CPU_LOG file (tests/conftest.py writes it: one JSON line per test, which also
+names the test's process and its start, for drawing the run's schedule) by file and by test, the
+largest CPU first:
 
     BERT_TEST_CPU_LOG=/tmp/cpu.jsonl bash scripts/test.sh
     python tests/cpu_log.py /tmp/cpu.jsonl [--top N]

@@ -2,6 +2,7 @@
 CPU spent in the test process and in a child it waited for land on the test that spent them."""
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -29,7 +30,7 @@ def test_each_test_logs_its_own_and_its_childrens_cpu_and_the_summary_sums_them(
 ):
     log = tmp_path / "cpu.jsonl"
     monkeypatch.setattr(conftest, "CPU_LOG", str(log))
-    started = time.monotonic()
+    started, began = time.monotonic(), time.time()
     _logged_test("tests/test_a.py::test_one", 0.3, 0.1)
     _logged_test("tests/test_a.py::test_two", 0.0, 0.6)
     _logged_test("tests/test_b.py::test_three", 0.1, 0.0)
@@ -44,6 +45,11 @@ def test_each_test_logs_its_own_and_its_childrens_cpu_and_the_summary_sums_them(
     assert two["self"] < 0.2 and two["children"] >= 0.6
     assert three["self"] >= 0.1 and three["children"] < 0.1
     assert sum(e["wall"] for e in entries) <= time.monotonic() - started + 0.03  # each rounded to 0.01
+    # Which process ran each test, and when it began: the run's schedule can be drawn from them.
+    assert {e["worker"] for e in entries} == {os.environ.get("PYTEST_XDIST_WORKER", "main")}
+    starts = [e["began"] for e in entries]
+    assert began - 0.01 <= starts[0] <= starts[1] <= starts[2] <= time.time()
+    assert starts[1] - starts[0] >= one["wall"] - 0.02
 
     cpu_log.main([str(log), "--top", "1"])
     out = capsys.readouterr().out
