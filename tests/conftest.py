@@ -330,8 +330,9 @@ def pytest_collection_modifyitems(config, items):
 
 
 # Where the suite's CPU goes: with BERT_TEST_CPU_LOG=PATH each test appends one JSON line to PATH,
-# its process (pytest-xdist's worker name), when it began (epoch seconds), its wall seconds and the CPU seconds (user + sys) of the pytest process ("self") and of the
-# children it waited for ("children") while it ran; `python tests/cpu_log.py PATH` sums them. A
+# its process (pytest-xdist's worker name), when it began (epoch seconds), its wall seconds and
+# the CPU seconds (user + sys) of the pytest process ("self") and of the children it waited for
+# ("children") while it ran; `python tests/cpu_log.py PATH` sums them. A
 # module fixture's cost counts to the test that first needs it, and a process the test did not
 # wait for (a daemon, a forked server's children until it is reaped) to whichever test reaps it.
 CPU_LOG = os.environ.get("BERT_TEST_CPU_LOG")
