@@ -26,6 +26,7 @@ import os
 import random
 import shlex
 import subprocess
+import sys
 import time
 
 import numpy as np
@@ -398,6 +399,56 @@ def test_run_sub_trains_across_two_slurm_nodes(hosts, slurm_nodes, corpus, one_p
     assert ran in result.stdout
     assert workers in result.stdout
     assert not (tmp_path / "phase_2").exists()
+
+
+# Two MPI ranks that talk at once after MPI_Init, as a data stage's ranks (mpi4py) or Horovod's do.
+MPI_TALK = (
+    "from mpi4py import MPI; world = MPI.COMM_WORLD.Dup(); "
+    "print('rank', world.Get_rank(), 'of', world.Get_size(), 'sum', world.allreduce(world.Get_rank()))"
+)
+
+
+@pytest.mark.slow
+def test_run_sub_tasks_wait_for_a_late_rank_in_mpi_init(hosts, slurm_nodes, tmp_path):
+    """A rank that sees its PMIx fences' releases late (tests/late_fence.c, one second on rank 0:
+    a worker a busy machine keeps from the CPU) under this SLURM's default fences: the barrier that
+    ends MPI_Init holds no one (each node's tree fence releases its own task), rank 1 sends while
+    rank 0 still waits for the modex, and OpenMPI ends rank 0 with a segmentation fault (what a
+    loaded machine meets now and then: 1 in 80 such starts here). run.sub's srun path asks for the
+    ring fence, and the same ranks meet."""
+    shim = tmp_path / "late_fence.so"
+    build = [
+        "gcc",
+        "-shared",
+        "-fPIC",
+        "-o",
+        str(shim),
+        os.path.join(ROOT, "tests", "late_fence.c"),
+        "-ldl",
+        "-lpthread",
+    ]
+    subprocess.run(build, check=True, capture_output=True, text=True)
+    python = sys.executable
+    plain = slurm_nodes.call(
+        "env",
+        f"LD_PRELOAD={shim}",
+        "srun",
+        "--mpi=pmix",
+        "-N",
+        "2",
+        "--ntasks-per-node=1",
+        "--kill-on-bad-exit=1",
+        python,
+        "-c",
+        MPI_TALK,
+        timeout_s=120,
+    )
+    printed = plain.stdout + plain.stderr
+    assert plain.returncode != 0 and "Segmentation fault" in printed, printed[-4000:]
+    env = {k: v for k, v in worker_env().items() if k not in LAUNCH_ENV and not k.startswith("SLURM_")}
+    env.update(CONT="none", LD_PRELOAD=str(shim))
+    output = _sbatch(slurm_nodes, tmp_path / "job.out")([python, "-c", MPI_TALK], env)
+    assert "0: rank 0 of 2 sum 1" in output and "1: rank 1 of 2 sum 1" in output, output[-4000:]
 
 
 # ---- the launcher engine's part (launch/workers.py), without hosts -----------------------------
