@@ -9,7 +9,9 @@ each with its own address, host name and sshd (tests/netns_hosts.py).
   starts its daemon on the second node through srun, and with horovodrun, whose -H the launcher
   makes from the allocation (SLURM_JOB_NODELIST, SLURM_TASKS_PER_NODE),
 and every run ends with both ranks holding the same weights, equal (float32 summation order
-aside) to one process trained with the doubled batch and the doubled peak rate.
+aside) to one process trained with the doubled batch and the doubled peak rate. Under the same
+SLURM, two MPI ranks started by run.sub's srun meet although one sees its PMIx fences' releases
+late (tests/late_fence.c), where a plain srun's ranks end in a segmentation fault.
 
 Rank 0 writes the checkpoints; what rank 1 holds is recorded by a sitecustomize module put on the
 ranks' PYTHONPATH (horovodrun passes the environment, mpirun gets -x): in a process running
