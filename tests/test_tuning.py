@@ -30,7 +30,17 @@ from conftest import ROOT, logged_steps
 from launch.workers import trial_prefix
 from tuning import report as tuning_report
 from tuning import search, search_space
-from tuning_workers import BAD, GOOD, UPDATES, console, read_table, start_worker, started_trial, tune_argv
+from tuning_workers import (
+    BAD,
+    GOOD,
+    UPDATES,
+    console,
+    read_table,
+    start_worker,
+    started_trial,
+    trials_that_ran,
+    tune_argv,
+)
 from word_order import write_model_files
 
 
@@ -184,7 +194,7 @@ def test_two_workers_share_one_sqlite_study_and_a_killed_workers_trial_is_failed
     assert all(t.state.name == "FAIL" for t in surplus), surplus
     waiting = [t for t in study.trials if t.state.name == "WAITING"]
     assert all(t.system_attrs.get("failed_trial") == killed for t in waiting), waiting
-    ran = [t for t in study.trials if t not in surplus and t not in waiting]
+    ran = trials_that_ran(study.trials)
     states = {t.number: t.state.name for t in ran}
     assert states[killed] == "FAIL"
     finished = [n for n, state in states.items() if state == "COMPLETE"]

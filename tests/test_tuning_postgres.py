@@ -39,6 +39,7 @@ from tuning_workers import (
     started_trial,
     stop_all,
     stop_group,
+    trials_that_ran,
     tune_argv,
     wait_ok,
 )
@@ -91,12 +92,6 @@ def _trials(postgres, name):
         return []
 
 
-def _real(trials):
-    """The trials that ran: not surplus (a worker that drew a trial the study no longer needed
-    marks it so and runs nothing), not waiting (a re-queued copy the study needed no more)."""
-    return [t for t in trials if not t.user_attrs.get("surplus") and t.state.name != "WAITING"]
-
-
 def _short_trials(task, out, postgres, name, **values):
     """run_tune.py's flags for 100-update trials scored at 50 and 100, no pruning."""
     values = {
@@ -116,8 +111,8 @@ def _short_trials(task, out, postgres, name, **values):
 def _assert_one_run_each(study):
     """Every trial that ran has its own directory, written by one fine-tuning run. A trial whose
     worker was killed right after creating it has none (it ran nothing) and was failed."""
-    started = [t for t in _real(study.trials) if "output_dir" in t.user_attrs]
-    assert all(t.state.name == "FAIL" for t in _real(study.trials) if t not in started)
+    started = [t for t in trials_that_ran(study.trials) if "output_dir" in t.user_attrs]
+    assert all(t.state.name == "FAIL" for t in trials_that_ran(study.trials) if t not in started)
     dirs = [t.user_attrs["output_dir"] for t in started]
     assert len(set(dirs)) == len(dirs)
     for trial in started:
@@ -131,7 +126,7 @@ def _assert_one_run_each(study):
 def _assert_tables_match_the_database(out_dirs, study):
     """Each worker's trials.tsv and best_trial.json hold what Optuna's API reads from the DB."""
     expected = []
-    for t in _real(study.trials):
+    for t in trials_that_ran(study.trials):
         last = t.intermediate_values[max(t.intermediate_values)] if t.intermediate_values else None
         expected.append((t.number, t.state.name.lower(), t.value if t.value is not None else last))
     best = study.best_trial
@@ -175,7 +170,7 @@ def test_three_workers_share_one_study_and_prune_on_each_others_values(task, pos
     wait_ok(workers)
 
     study = _study(postgres, name)
-    ran = _real(study.trials)
+    ran = trials_that_ran(study.trials)
     assert sorted(t.number for t in ran) == sorted({t.number for t in ran})  # no number twice
     assert [t.state.name for t in ran].count("FAIL") == 0
     assert len(ran) == n_trials  # exactly the requested number, every worker's counted
@@ -283,7 +278,7 @@ def test_run_tune_sh_workers_on_one_study_while_the_dashboard_serves_it(task, po
         ]
     finally:
         stop_group(dashboard, signal.SIGTERM)
-    ran = _real(study.trials)
+    ran = trials_that_ran(study.trials)
     assert [t.state.name for t in ran] == ["COMPLETE"] * 3 and len({t.number for t in ran}) == 3
     assert live <= {t.number for t in ran}
     _assert_one_run_each(study)
@@ -339,7 +334,7 @@ def test_a_killed_workers_trial_is_failed_by_heartbeat_and_rerun_by_the_others(t
     wait_ok(workers)
 
     study = _study(postgres, name)
-    ran = _real(study.trials)
+    ran = trials_that_ran(study.trials)
     assert [t.state.name for t in ran].count("COMPLETE") == 3  # still what was asked
     assert len(ran) == 4 and [t.number for t in ran if t.state.name == "FAIL"] == [killed]
     _assert_retried(study, [killed])
@@ -391,8 +386,8 @@ def test_all_workers_killed_then_restarted_resume_the_study(task, postgres, tmp_
 
     study = _study(postgres, name)
     # A restarted worker may start a new trial before the killed ones are found stale; a copy of
-    # one queued after the study had its 6 trials then waits, unrun (_real leaves it out).
-    ran = _real(study.trials)
+    # one queued after the study had its 6 trials then waits, unrun (trials_that_ran leaves it out).
+    ran = trials_that_ran(study.trials)
     assert [t.state.name for t in ran].count("COMPLETE") == 6 and len(ran) == 6 + len(killed), [
         (t.number, t.state.name) for t in study.trials
     ]

@@ -124,6 +124,12 @@ def wait_ok(workers: dict, timeout_s=600) -> None:
         assert worker.wait(timeout=max(1, deadline - time.monotonic())) == 0, console(log_path)[-4000:]
 
 
+def trials_that_ran(trials) -> list:
+    """The trials that ran: not surplus (a worker that drew a trial the study no longer needed
+    marks it so and runs nothing), not waiting (a re-queued copy the study needed no more)."""
+    return [t for t in trials if not t.user_attrs.get("surplus") and t.state.name != "WAITING"]
+
+
 def read_table(path) -> list[dict]:
     """trials.tsv as a list of {column: text}."""
     with open(path, encoding="utf-8") as f:
