@@ -1,5 +1,9 @@
 """`python -m bench NAME [options]`: runs the benchmark bench/NAME.py with its options (`--help`
-lists them); `python -m bench` lists the benchmarks. `python bench/NAME.py [options]` runs the same."""
+lists them); `python -m bench` lists the benchmarks. `python bench/NAME.py [options]` runs the same.
+
+`python -m bench NAME --record [options]` also saves the tables it prints, with what produced them,
+as its record in bench/results/NAME.json (bench/records.py); `python -m bench report` writes
+docs/performance.md from the records (bench/report.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-NOT_BENCHES = ("harness", "fixtures")  # the modules every benchmark shares
+NOT_BENCHES = ("harness", "fixtures", "records", "report")  # the modules every benchmark shares
 
 
 def names() -> list[str]:
@@ -31,19 +35,33 @@ def summary(name: str) -> str:
 def usage() -> str:
     width = max(map(len, names()))
     lines = [f"  {name:<{width}}  {summary(name)}" for name in names()]
-    return "usage: python -m bench NAME [options]   (NAME --help for its options)\n\n" + "\n".join(lines)
+    return (
+        "usage: python -m bench NAME [--record] [options]   (NAME --help for its options)\n"
+        "       python -m bench report   (writes docs/performance.md from bench/results/)\n\n"
+        + "\n".join(lines)
+    )
 
 
 def main(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(usage())
         return 0
+    if argv[0] == "report":
+        from bench import report
+
+        return report.main(argv[1:])
     name = argv[0].removesuffix(".py")
     if name not in names():
         print(f"python -m bench: no benchmark named {argv[0]!r}.\n\n{usage()}", file=sys.stderr)
         return 2
-    sys.argv = [f"python -m bench {name}", *argv[1:]]  # argparse's prog, and a child's flag check
-    return importlib.import_module(f"bench.{name}").main(argv[1:]) or 0
+    options = [arg for arg in argv[1:] if arg != "--record"]
+    sys.argv = [f"python -m bench {name}", *options]  # argparse's prog, and a child's flag check
+    main = importlib.import_module(f"bench.{name}").main
+    if "--record" in argv[1:] and not {"-h", "--help"} & set(options):
+        from bench import harness
+
+        return harness.recorded(name, options, main)
+    return main(options) or 0
 
 
 if __name__ == "__main__":

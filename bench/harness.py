@@ -462,6 +462,47 @@ def package_version(*names: str) -> str:
     return "not installed"
 
 
+# ------------------------------------------------------------------------------ records
+
+
+class _Tee:
+    """Writes to a stream and keeps a copy (the tables a benchmark prints, for its record)."""
+
+    def __init__(self, stream):
+        self.stream, self.parts = stream, []
+
+    def write(self, text: str) -> int:
+        self.parts.append(text)
+        return self.stream.write(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
+def recorded(name: str, options: list[str], main: Callable[[list[str]], int | None]) -> int:
+    """Runs benchmark `name`'s main(options) and saves what it printed as its record under
+    bench/results/ (bench/records.py), replacing the record of the same options; a failed run
+    records nothing."""
+    from bench import records
+
+    tee = _Tee(sys.stdout)
+    sys.stdout = tee
+    try:
+        code = main(options) or 0
+    finally:
+        sys.stdout = tee.stream
+    if code == 0:
+        record = records.make_record(name, options, "".join(tee.parts))
+        if not record["tables"]:
+            log(f"{name} printed no table: nothing recorded")
+            return 1
+        log(f"recorded in {os.path.relpath(records.save(record), ROOT)}")
+    return code
+
+
 # ------------------------------------------------------------------------------------- flags
 
 _KIND_NAMES = {int: "an integer", float: "a number"}  # what comma_list says a bad item is not

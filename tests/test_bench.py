@@ -4,6 +4,7 @@ measure with (bench/harness.py): peak memory as the child's own VmHWM, its worke
 failures and timeouts of a child; the interleaved order of repeats."""
 
 import argparse
+import json
 import os
 import re
 import subprocess
@@ -216,12 +217,15 @@ def test_a_bench_flag_with_an_unknown_name_stops_with_exit_2_and_the_flags_name(
 # --------------------------------------------------------------------- the front door
 
 
+@pytest.mark.process
 def test_python_m_bench_lists_every_benchmark_and_refuses_an_unknown_one():
     listed = subprocess.run([sys.executable, "-m", "bench"], cwd=ROOT, capture_output=True, text=True)
     assert listed.returncode == 0
-    names = [line.split()[0] for line in listed.stdout.splitlines()[2:]]
+    names = [line.split()[0] for line in listed.stdout.splitlines()[3:]]
     scripts = sorted(f[:-3] for f in os.listdir(os.path.join(ROOT, "bench")) if f.endswith(".py"))
-    assert names == [n for n in scripts if n not in ("__init__", "__main__", "harness", "fixtures")]
+    assert names == [
+        n for n in scripts if n not in ("__init__", "__main__", "harness", "fixtures", "records", "report")
+    ]
     assert "padding" in names and "harness" not in names
     unknown = subprocess.run(
         [sys.executable, "-m", "bench", "paddin"], cwd=ROOT, capture_output=True, text=True
@@ -237,6 +241,51 @@ def test_a_bench_script_still_runs_by_its_path():
         text=True,
     )
     assert done.returncode == 0 and "--window" in done.stdout
+
+
+@pytest.mark.process
+def test_record_saves_the_printed_table_with_what_produced_it(tmp_path):
+    flags = [
+        "--models",
+        "tiny",
+        "--precisions",
+        "float32",
+        "--xla",
+        "off",
+        "--seq_length",
+        "16",
+        "--max_predictions",
+        "2",
+    ]
+    flags += ["--batch_sizes", "2", "--steps", "1", "--repeats", "1", "--warmup", "1"]
+    env = {**os.environ, "BENCH_RESULTS_DIR": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "model_throughput", "--record", *flags],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "recorded in" in done.stderr and "| tiny |" in done.stdout  # still printed as before
+    with open(tmp_path / "model_throughput.json", encoding="utf-8") as f:
+        [record] = json.load(f)["records"]
+    assert record["options"] == flags and record["command"] == "python -m bench model_throughput " + " ".join(
+        flags
+    )
+    [table] = record["tables"]
+    assert table["headers"][:3] == ["model", "params (M)", "precision"] and table["rows"][0][:4] == [
+        "tiny",
+        "4.4",
+        "float32",
+        "off",
+    ]
+    assert record["machine"]["cores"] >= 1 and record["machine"]["cpu"] and record["machine"]["gpu"] is None
+    assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", record["date"]) and re.fullmatch(
+        r"[0-9a-f]{7}", record["commit"]
+    )
+    helped = subprocess.run(
+        [sys.executable, "-m", "bench", "model_throughput", "--record", "--help"],
+        cwd=ROOT, env={**env, "BENCH_RESULTS_DIR": str(tmp_path / "help")}, capture_output=True, text=True,
+    )  # fmt: skip
+    assert helped.returncode == 0 and not (tmp_path / "help").exists()
 
 
 # --------------------------------------------------------------------- every script, smallest
