@@ -9,7 +9,8 @@ A fresh FlagValues per call (not absl's global FLAGS) lets tests call `main` in-
 number of times, and lets several entry points that define the same flag names (--vocab_file,
 --max_seq_length) be imported into one process. Flag errors print usage hints and exit 2; a
 UserError (a problem the user can fix) prints its one sentence and exits 2; a run stopped for a
-preemption (common.errors.Preempted) exits 75 (re-run to continue); Ctrl-C exits 130. The first
+preemption (common.errors.Preempted) exits 75 (re-run to continue); Ctrl-C exits 130;
+`--version` prints the project's version (common/version.py). The first
 import of TensorFlow leaves out its start-up notes (common/tensorflow_startup.py).
 
 Defining flags: `Flags(fv, settings=SettingsDataclass)` is the one helper the entry points use.
@@ -44,6 +45,7 @@ import sys
 from common.errors import PREEMPTED_EXIT_STATUS, Preempted, UserError
 from common.kinds import KINDS
 from common.tensorflow_startup import quiet_startup
+from common.version import version
 
 HELP_FLAGS = ("-h", "--help", "-help", "--helpshort", "--helpfull")
 
@@ -64,9 +66,12 @@ def main(define_flags, run, argv=None, doc: str | None = None, prog: str | None 
     """Parses `argv` with `define_flags`, calls `run(flag_values)`, returns the exit status."""
     from absl import flags
 
-    quiet_startup()
     argv = list(sys.argv if argv is None else argv)
     prog = prog or os.path.basename(argv[0] if argv else "") or "main"
+    if "--version" in argv[1:]:
+        print(f"{prog} {version()}")
+        return 0
+    quiet_startup()
     if any(a in HELP_FLAGS for a in argv[1:]):
         flag_values = flags.FlagValues()
         define_flags(flag_values)
