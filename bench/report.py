@@ -30,6 +30,7 @@ class Section:
     title: str
     question: str  # one or two sentences: what the tables answer, and how they were measured
     records: tuple[tuple[str, Options], ...]  # (benchmark, options) in the order shown
+    group: str = ""  # the results heading it stands under, as NVIDIA's READMEs group theirs
 
 
 SECTIONS = (
@@ -49,6 +50,7 @@ SECTIONS = (
             ("pretrain_throughput", ("--baseline", "b2d3583")),
             ("pretrain_throughput", ("--baseline", "99ce9c1")),
         ),
+        group="Training performance results",
     ),
     Section(
         "Precision, XLA, accumulation and two Horovod workers",
@@ -59,87 +61,105 @@ SECTIONS = (
                 ("--models", "mini", "--precisions", "fp32,bf16", "--xla", "on,off", "--accumulation", "1,4"),
             ),
         ),
+        group="Training performance results",
     ),
     Section(
         "Host reads",
         "Does reading the update's metrics only at log steps pay? On a CPU a call returns when its"
         " work is done, so there is nothing to overlap; `--read_every` is there for a GPU.",
         (("pretrain_throughput", ("--read_every", "1,8", "--steps", "16", "--models", "mini")),),
+        group="Training performance results",
     ),
     Section(
         "Training step throughput",
         "The model alone: forward, loss and gradients per precision and XLA, each in its own process.",
         (("model_throughput", None),),
+        group="Training performance results",
     ),
     Section(
         "Padding computed or not",
         "What `--bin_size` (micro-batches padded only to their bin) gains over padding every"
         " sequence to the full length, side by side in one process, interleaved.",
         (("padding", ("--only", "pretraining")), ("padding", ())),
+        group="Training performance results",
     ),
     Section(
         "Packing",
         "What `--packing` (several sequences per row, the update's own set) gains over padding and"
         " bins, with a model large enough for attention to carry a BERT-like share of the work.",
         (("padding", None),),
-    ),
-    Section(
-        "Data preparation",
-        "Preparation speed and peak memory against Google's create_pretraining_data.py.",
-        (("prep_throughput", None),),
-    ),
-    Section(
-        "Google-exact tokenization",
-        "What the per-line check that keeps Google's tokens on every input costs.",
-        (("tokenizer_exactness", None),),
-    ),
-    Section(
-        "The data path at scale",
-        "The whole data path on a generated 1 GB Wikipedia multistream dump, 1 and 2 processes, and"
-        " its projection to the full English dump on 16 cores.",
-        (("prep_scale", ("--xml_mb", "1000", "--maskings", "static")),),
-    ),
-    Section(
-        "Dynamic masking: prepare once, mask every epoch",
-        "What `--masking=dynamic` (pairs written once, unmasked, masked as read) saves in"
-        " preparation, and whether the model learns as well.",
-        (("prep_scale", None), ("masking_quality", None)),
+        group="Training performance results",
     ),
     Section(
         "The input order",
         "Whether the global data order (with masking at load time for dynamic records) still feeds"
         " a GPU: worker 0's parsed micro-batches per second, no model.",
         (("input_order", None),),
+        group="Training performance results",
+    ),
+    Section(
+        "Data preparation",
+        "Preparation speed and peak memory against Google's create_pretraining_data.py.",
+        (("prep_throughput", None),),
+        group="Data preparation results",
+    ),
+    Section(
+        "Google-exact tokenization",
+        "What the per-line check that keeps Google's tokens on every input costs.",
+        (("tokenizer_exactness", None),),
+        group="Data preparation results",
+    ),
+    Section(
+        "The data path at scale",
+        "The whole data path on a generated 1 GB Wikipedia multistream dump, 1 and 2 processes, and"
+        " its projection to the full English dump on 16 cores.",
+        (("prep_scale", ("--xml_mb", "1000", "--maskings", "static")),),
+        group="Data preparation results",
+    ),
+    Section(
+        "Dynamic masking: prepare once, mask every epoch",
+        "What `--masking=dynamic` (pairs written once, unmasked, masked as read) saves in"
+        " preparation, and whether the model learns as well.",
+        (("prep_scale", None), ("masking_quality", None)),
+        group="Data preparation results",
     ),
     Section(
         "Optimizer convergence",
         "Held-out masked-LM accuracy after the same number of sequences: small-batch Adam, large-batch"
         " Adam and LAMB.",
         (("optimizer_convergence", None),),
+        group="Accuracy results",
     ),
     Section(
         "Fine-tuning quality against Hugging Face",
         "The same real weights (all-MiniLM-L6-v2), windows, decoding and metrics, fine-tuned by us"
         " and by Hugging Face Transformers (PyTorch, Trainer's defaults); paired by seed.",
         (("finetune_quality", None),),
+        group="Accuracy results",
     ),
     Section(
         "Serving latency",
         "The exported SavedModel against the in-memory model under XLA, per task and batch.",
         (("inference", None),),
+        group="Inference performance results",
     ),
     Section(
-        "Tuning after the quickstart", "What a first `run_tune.py` study finds and takes.", (("tuning", ()),)
+        "Tuning after the quickstart",
+        "What a first `run_tune.py` study finds and takes.",
+        (("tuning", ()),),
+        group="Operations",
     ),
     Section(
         "Tuning across machines",
         "Trials per hour with one and three workers sharing one study.",
         (("tuning", None),),
+        group="Operations",
     ),
     Section(
         "Stopping: preemption notices and lost workers",
         "How long a job takes to stop, with its checkpoint, after a notice or a lost worker.",
         (("stopping", None),),
+        group="Operations",
     ),
 )
 
@@ -393,10 +413,14 @@ def render(all_records: dict | None = None) -> str:
         rows.append([headline.question, answer, when, f"[table](#{anchor(headline.anchor)})"])
     lines += _table(["question", "answer", "measured", "details"], rows)
     lines += ["", "GPU figures: [GPU throughput](#gpu-throughput).", ""]
+    group = ""
     for section, mine in zip(SECTIONS, claimed):
         if not mine:
             continue
-        lines += [f"## {section.title}", "", section.question, ""]
+        if section.group and section.group != group:
+            lines += [f"## {section.group}", ""]
+        group = section.group
+        lines += [f"{'###' if group else '##'} {section.title}", "", section.question, ""]
         for record in mine:
             lines += render_record(record)
     lines += ["## GPU throughput", ""]
