@@ -10,6 +10,17 @@
 # 0 stays 0 and every other status passes through unchanged (a user error, 2, stays permanent).
 # SIGTERM, SIGUSR1 and SIGINT are passed on to COMMAND, which takes them as a preemption notice:
 # as the container's command this script is PID 1, which the kubelet signals first.
+#
+# A permanent failure is not retried. MPIJob v2beta1 refuses the ExitCode restart policy and gives
+# its launcher Job no pod failure policy, so Kubernetes retries every failure up to the job's
+# backoffLimit. With LAUNCHER_JOB_UID set (the MPIJob sets it to the launcher Job's UID) and
+# RESULTS_DIR on the shared volume, a status of 1-127 other than 75 is written to
+# RESULTS_DIR/.failed.LAUNCHER_JOB_UID, and every later attempt of the same Job ends at once with it.
+#
+# Workers first. Before COMMAND, every host of the operator's hostfile (WORKER_HOSTFILE, default
+# /etc/mpi/hostfile where it exists) must answer on port WORKER_SSH_PORT (22) within
+# WORKER_WAIT_SECONDS (600): the operator does not recreate a worker pod that ended Failed (evicted,
+# its node lost), so a missing worker ends the job as a permanent failure (2) that names it.
 set -uo pipefail
 
 if [[ $# -eq 0 || "$1" == "-h" || "$1" == "--help" ]]; then
@@ -23,6 +34,31 @@ if [[ ! "${retryable}" =~ ^[0-9]+$ ]] || (( retryable < 128 || retryable > 255 )
   exit 2
 fi
 
+memory=""
+if [[ -n "${LAUNCHER_JOB_UID:-}" && -n "${RESULTS_DIR:-}" ]]; then
+  memory="${RESULTS_DIR}/.failed.${LAUNCHER_JOB_UID}"
+fi
+# The operator names the launcher pod's host NAME-launcher after its MPIJob NAME.
+job="NAME"
+if [[ "${HOSTNAME:-}" == *-launcher ]]; then job="${HOSTNAME%-launcher}"; fi
+again="fix the cause, delete the MPIJob (kubectl delete mpijob ${job}) and apply it again: the run continues from its last checkpoint"
+
+# permanent STATUS: remembered for the Job's later attempts, then this script ends with STATUS.
+permanent() {
+  if [[ -n "${memory}" ]]; then
+    mkdir -p "${RESULTS_DIR}" && printf '%s\n' "$1" > "${memory}"
+    echo "[retryable] status $1 is a permanent failure: every later attempt of this job ends at once with it (Kubernetes retries the launcher up to the MPIJob's backoffLimit); ${again}" >&2
+  fi
+  exit "$1"
+}
+
+if [[ -n "${memory}" && -f "${memory}" ]]; then
+  earlier="$(head -n 1 "${memory}")"
+  [[ "${earlier}" =~ ^[0-9]+$ ]] && (( earlier >= 1 && earlier <= 255 )) || earlier=2
+  echo "[retryable] an earlier attempt of this job ended with status ${earlier}, a permanent failure (the oldest failed launcher pod's log has the reason): not running again; ${again}" >&2
+  exit "${earlier}"
+fi
+
 # The traps are set before COMMAND starts, so a signal that comes while it is starting is not
 # lost (it would end this script without a status of COMMAND's): it is passed on once COMMAND runs.
 child=""
@@ -34,6 +70,32 @@ relay() {
 trap 'relay TERM' TERM
 trap 'relay USR1' USR1
 trap 'relay INT' INT
+
+hostfile="${WORKER_HOSTFILE:-}"
+if [[ -z "${hostfile}" && -f /etc/mpi/hostfile ]]; then hostfile=/etc/mpi/hostfile; fi
+if [[ -n "${hostfile}" ]]; then
+  port="${WORKER_SSH_PORT:-22}"
+  deadline=$((SECONDS + ${WORKER_WAIT_SECONDS:-600}))
+  hosts=()
+  while read -r host _; do
+    if [[ -n "${host}" && "${host}" != \#* ]]; then hosts+=("${host}"); fi
+  done < "${hostfile}"
+  while true; do
+    missing=()
+    for host in "${hosts[@]}"; do
+      timeout 5 bash -c ">/dev/tcp/${host}/${port}" 2>/dev/null || missing+=("${host}")
+    done
+    (( ${#missing[@]} == 0 )) && break
+    # Preempted before anything started: nothing to save, retry.
+    if [[ -n "${pending}" ]]; then exit "${retryable}"; fi
+    if (( SECONDS >= deadline )); then
+      echo "[retryable] worker(s) ${missing[*]} did not answer on port ${port} within ${WORKER_WAIT_SECONDS:-600} s: their pods are not Ready, still pending or ended (the MPI operator does not recreate a worker pod that ended Failed: evicted, or its node lost; kubectl get pods shows which)" >&2
+      permanent 2
+    fi
+    sleep 1
+  done
+fi
+
 "$@" &
 child=$!
 if [[ -n "${pending}" ]]; then relay "${pending}"; fi
@@ -48,4 +110,5 @@ if [[ ${status} -eq 75 ]]; then
   echo "[retryable] the command was preempted (status 75, checkpoint written): exiting ${retryable} so the job is retried and resumes" >&2
   exit "${retryable}"
 fi
+if (( status >= 1 && status <= 127 )); then permanent "${status}"; fi
 exit "${status}"

@@ -1,14 +1,18 @@
-"""The Kubernetes manifests in kubernetes/: they load as YAML; the MPIJob has the MPI operator's
-v2beta1 shape (a structural check against the fields and values the operator's API and validation
-accept: no maintained model of MPIJob v2beta1 installs from the package index); its pod templates
-are valid core/v1 PodTemplateSpecs (Kubeflow Trainer's API models, kubeflow-trainer-api); the
-launcher's command passes our launcher's --dry_run with the environment the manifest sets; the
-wrapper maps the preemption status 75 to a retryable one and leaves the rest alone; the worker
-relay writes the STOP files; GPUs, /dev/shm, the volume and the InfiniBand overlay fit together."""
+"""The Kubernetes manifests in kubernetes/ as a cluster gets them. Every kustomization builds with
+the real kustomize (`kubectl kustomize`, as `kubectl apply -k` runs it), and every object it renders
+is valid: Kubernetes' own objects against the API schemas of Kubernetes 1.32 (kubernetes-validate,
+strict: no unknown field), the MPIJob against the MPI operator's CRD (a test fixture) and what the
+operator's Go validation refuses, its pod templates against core/v1 PodTemplateSpec. Then what the
+rendered job does: the launcher's command passes our launcher's --dry_run; the wrapper maps the
+preemption status, remembers a permanent failure and waits for the workers; the worker relay writes
+the STOP files; GPUs, grace periods, /dev/shm, the volume and the InfiniBand overlay fit together."""
 
+import copy
 import os
 import shlex
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -18,118 +22,258 @@ import yaml
 
 from common.errors import PREEMPTED_EXIT_STATUS
 
+# kustomize (kubectl) and the shell scripts run as processes.
+pytestmark = pytest.mark.process
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 K8S = os.path.join(ROOT, "kubernetes")
 RETRYABLE = os.path.join(K8S, "retryable.sh")
 WORKER = os.path.join(K8S, "worker.sh")
+CRD = os.path.join(ROOT, "tests", "fixtures", "mpijob-v2beta1-crd.yaml")
+KUSTOMIZATIONS = ["base", "overlays/infiniband"]
+# The Kubernetes release whose API schemas the objects must satisfy: that of the kubectl (v1.32,
+# Kustomize v5.5.0) the docs and CI use.
+KUBERNETES = "1.32"
+KUBECTL = shutil.which("kubectl")
 
-# MPIJob v2beta1 (kubeflow/mpi-operator, pkg/apis/kubeflow/v2beta1/types.go and validation.go):
-# the spec's fields and the values the operator accepts; anything else is refused or ignored.
-MPIJOB_SPEC_FIELDS = {
-    "slotsPerWorker",
-    "runLauncherAsWorker",
-    "runPolicy",
-    "mpiReplicaSpecs",
-    "sshAuthMountPath",
-    "launcherCreationPolicy",
-    "mpiImplementation",
-}
-RUN_POLICY_FIELDS = {
-    "cleanPodPolicy",
-    "ttlSecondsAfterFinished",
-    "activeDeadlineSeconds",
-    "backoffLimit",
-    "schedulingPolicy",
-    "suspend",
-    "managedBy",
-}
-REPLICA_SPEC_FIELDS = {"replicas", "template", "restartPolicy"}
-RESTART_POLICIES = {"Never", "OnFailure"}  # v2beta1's validation refuses Always and ExitCode
+# What the MPI operator's Go validation refuses and its CRD does not say
+# (pkg/apis/kubeflow/validation/validation.go, ValidateMPIJob).
+RESTART_POLICIES = {"Never", "OnFailure"}  # ExitCode and Always are refused for v2beta1
 CLEAN_POD_POLICIES = {"None", "Running", "All"}
-MPI_IMPLEMENTATIONS = {"OpenMPI", "Intel", "MPICH"}
-LAUNCHER_CREATION_POLICIES = {"AtStartup", "WaitForWorkersReady"}
 
 
 def _load(path):
-    with open(os.path.join(K8S, path)) as f:
+    with open(path) as f:
         return [doc for doc in yaml.safe_load_all(f) if doc is not None]
 
 
+def _kustomize(folder):
+    """The objects `kubectl apply -k folder` would send, as kustomize renders them."""
+    if KUBECTL is None:
+        pytest.skip("kubectl (which carries kustomize) is not installed")
+    result = subprocess.run([KUBECTL, "kustomize", folder], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, f"kubectl kustomize {folder} refused it: {result.stderr}"
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc is not None]
+
+
 @pytest.fixture(scope="module")
-def mpijob():
-    (doc,) = _load("mpijob-pretraining.yaml")
-    return doc
+def rendered():
+    return {name: _kustomize(os.path.join(K8S, name)) for name in KUSTOMIZATIONS}
+
+
+def _mpijob(docs):
+    (job,) = [doc for doc in docs if doc["kind"] == "MPIJob"]
+    return job
+
+
+@pytest.fixture(scope="module")
+def mpijob(rendered):
+    return _mpijob(rendered["base"])
 
 
 def _container(job, replica):
     return job["spec"]["mpiReplicaSpecs"][replica]["template"]["spec"]["containers"][0]
 
 
+def _pod(job, replica):
+    return job["spec"]["mpiReplicaSpecs"][replica]["template"]["spec"]
+
+
 def _env(container):
-    return {e["name"]: e.get("value", "") for e in container.get("env", [])}
+    return {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
 
 
-def test_every_manifest_loads_as_yaml():
-    names = []
-    for folder, _, files in os.walk(K8S):
-        for name in files:
-            if name.endswith((".yaml", ".yml")):
-                docs = _load(os.path.relpath(os.path.join(folder, name), K8S))
-                assert docs and all(isinstance(d, dict) for d in docs), name
-                names.append(name)
-    assert {"mpijob-pretraining.yaml", "pvc.yaml", "kustomization.yaml"} <= set(names)
+def _kubernetes_errors(doc):
+    """Why the API server of KUBERNETES would refuse `doc` (a core Kubernetes object) with strict
+    field validation (kubectl's default): "" when it would not."""
+    kv = pytest.importorskip("kubernetes_validate")
+    try:
+        kv.validate(doc, KUBERNETES, strict=True)
+    except kv.ValidationError as e:
+        return str(e)
+    return ""
 
 
-def test_mpijob_has_the_v2beta1_shape_the_operator_accepts(mpijob):
-    assert mpijob["apiVersion"] == "kubeflow.org/v2beta1"
-    assert mpijob["kind"] == "MPIJob"
-    spec = mpijob["spec"]
-    assert set(spec) <= MPIJOB_SPEC_FIELDS
-    assert set(spec["runPolicy"]) <= RUN_POLICY_FIELDS
-    assert spec["runPolicy"]["cleanPodPolicy"] in CLEAN_POD_POLICIES
-    assert isinstance(spec["runPolicy"]["backoffLimit"], int) and spec["runPolicy"]["backoffLimit"] > 0
-    assert spec["mpiImplementation"] in MPI_IMPLEMENTATIONS
-    assert spec["launcherCreationPolicy"] in LAUNCHER_CREATION_POLICIES
-    assert isinstance(spec["slotsPerWorker"], int) and spec["slotsPerWorker"] >= 1
-    assert spec["sshAuthMountPath"] == "/root/.ssh"  # the image runs as root
-    assert set(spec["mpiReplicaSpecs"]) == {"Launcher", "Worker"}
+def _schema_validator(schema):
+    import jsonschema
+
+    return jsonschema.Draft7Validator(schema)
+
+
+def _pod_template_validator():
+    """core/v1 PodTemplateSpec of KUBERNETES, strict, from kubernetes-validate's schemas."""
+    pytest.importorskip("kubernetes_validate")
+    import jsonschema
+    from kubernetes_validate.utils import schema_contents
+    from referencing import Registry, Resource
+
+    folder = f"kubernetes-json-schema/v{KUBERNETES}.0-local-strict"
+    schema = schema_contents(f"{folder}/podtemplatespec-v1.json", KUBERNETES)
+    definitions = schema_contents(f"{folder}/_definitions.json", KUBERNETES)
+    registry = Resource.from_contents(definitions) @ (Resource.from_contents(schema) @ Registry())
+    return jsonschema.Draft202012Validator(schema, registry=registry)
+
+
+def _strict(schema):
+    """A CRD schema as the API server's strict field validation applies it: an object that lists
+    its properties takes no other field (unless it preserves unknown fields)."""
+    if isinstance(schema, list):
+        return [_strict(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    strict = {key: _strict(value) for key, value in schema.items()}
+    if "properties" in schema and "additionalProperties" not in schema:
+        if not schema.get("x-kubernetes-preserve-unknown-fields"):
+            strict["additionalProperties"] = False
+    return strict
+
+
+@pytest.fixture(scope="module")
+def crd_validator():
+    (crd,) = _load(CRD)
+    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v2beta1"]
+    return _schema_validator(_strict(version["schema"]["openAPIV3Schema"]))
+
+
+def _operator_refusals(job):
+    """What the operator's ValidateMPIJob would refuse in `job` (it creates nothing then)."""
+    spec = job["spec"]
+    refusals = []
+    workers = spec["mpiReplicaSpecs"].get("Worker", {}).get("replicas", 1)
+    host = f"{job['metadata']['name']}-worker-{workers - 1}"  # must be a DNS label
+    if not (len(host) <= 63 and host.replace("-", "").isalnum() and host.islower()):
+        refusals.append(f"metadata.name: {host} is no DNS label")
+    if spec.get("slotsPerWorker", 1) < 0:
+        refusals.append("spec.slotsPerWorker < 0")
+    if not spec.get("sshAuthMountPath", "/root/.ssh"):
+        refusals.append("spec.sshAuthMountPath is empty")
+    if spec["runPolicy"].get("cleanPodPolicy", "None") not in CLEAN_POD_POLICIES:
+        refusals.append("spec.runPolicy.cleanPodPolicy")
+    for field in ("backoffLimit", "activeDeadlineSeconds", "ttlSecondsAfterFinished"):
+        if spec["runPolicy"].get(field, 0) < 0:
+            refusals.append(f"spec.runPolicy.{field} < 0")
     for name, replica in spec["mpiReplicaSpecs"].items():
-        assert set(replica) <= REPLICA_SPEC_FIELDS, name
-        assert replica["restartPolicy"] in RESTART_POLICIES, name
-        assert replica["template"]["spec"]["containers"], name
-        assert "restartPolicy" not in replica["template"]["spec"], name  # the replica's wins
-    assert spec["mpiReplicaSpecs"]["Launcher"]["replicas"] == 1
-    workers = spec["mpiReplicaSpecs"]["Worker"]["replicas"]
-    assert workers >= 1
-    # The operator refuses a job whose last worker's host name is no DNS label.
-    host = f"{mpijob['metadata']['name']}-worker-{workers - 1}"
-    assert len(host) <= 63 and host.replace("-", "").isalnum() and host.islower()
+        if replica.get("restartPolicy") not in RESTART_POLICIES:
+            refusals.append(f"{name}.restartPolicy {replica.get('restartPolicy')}")
+        if "replicas" not in replica or not replica["template"]["spec"].get("containers"):
+            refusals.append(f"{name}: replicas and a container are required")
+    if spec["mpiReplicaSpecs"].get("Launcher", {}).get("replicas") != 1:
+        refusals.append("Launcher.replicas must be 1")
+    if workers < 1:
+        refusals.append("Worker.replicas must be >= 1")
+    return refusals
 
 
-def test_pod_templates_are_valid_core_v1_pod_template_specs(mpijob):
-    models = pytest.importorskip("kubeflow_trainer_api.models.io_k8s_api_core_v1_pod_template_spec")
-    model = models.IoK8sApiCoreV1PodTemplateSpec
+def _mpijob_errors(job, crd_validator, pod_template_validator):
+    errors = [f"{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in crd_validator.iter_errors(job)]
+    errors += _operator_refusals(job)
+    for name, replica in job["spec"]["mpiReplicaSpecs"].items():
+        errors += [
+            f"{name}.template.{'.'.join(map(str, e.absolute_path))}: {e.message}"
+            for e in pod_template_validator.iter_errors(replica["template"])
+        ]
+    return errors
 
-    def unknown(given, parsed, path=""):
-        """Keys of `given` the model dropped (it ignores fields it does not know)."""
-        if isinstance(given, dict):
-            missing = [f"{path}.{k}" for k in given if not isinstance(parsed, dict) or k not in parsed]
-            return missing + [
-                m
-                for k in given
-                if isinstance(parsed, dict) and k in parsed
-                for m in unknown(given[k], parsed[k], f"{path}.{k}")
-            ]
-        if isinstance(given, list):
-            return [m for i, (g, p) in enumerate(zip(given, parsed)) for m in unknown(g, p, f"{path}[{i}]")]
-        return []
 
-    for name, replica in mpijob["spec"]["mpiReplicaSpecs"].items():
-        template = replica["template"]
-        parsed = model.from_dict(template).to_dict()
-        assert unknown(template, parsed) == [], name
-        for container in template["spec"]["containers"]:
-            assert container["name"] and container["image"], name
+def test_every_kustomization_builds_with_kustomize(rendered):
+    found = sorted(
+        os.path.relpath(folder, K8S) for folder, _, files in os.walk(K8S) if "kustomization.yaml" in files
+    )
+    assert found == KUSTOMIZATIONS  # a new one is built and validated here too
+    for name, docs in rendered.items():
+        assert [doc["kind"] for doc in docs] == ["MPIJob"], name  # the volume is applied on its own
+
+
+def test_kustomize_refuses_an_overlay_inside_its_base(tmp_path):
+    # The layout kustomize refuses ("cycle detected"): the checks above would see it fail.
+    (tmp_path / "kustomization.yaml").write_text("resources: [job.yaml]\n")
+    (tmp_path / "job.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n")
+    overlay = tmp_path / "overlays" / "x"
+    overlay.mkdir(parents=True)
+    (overlay / "kustomization.yaml").write_text("resources: [../..]\n")
+    if KUBECTL is None:
+        pytest.skip("kubectl (which carries kustomize) is not installed")
+    result = subprocess.run([KUBECTL, "kustomize", str(overlay)], capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0 and "cycle" in result.stderr
+
+
+def test_kubernetes_objects_are_valid_for_the_api_server(rendered):
+    plain = []  # manifests applied on their own (kubectl apply -f), outside every kustomization
+    for folder, _, files in os.walk(K8S):
+        if "kustomization.yaml" not in files:
+            plain += [os.path.join(folder, f) for f in files if f.endswith((".yaml", ".yml"))]
+    assert [os.path.relpath(p, K8S) for p in plain] == ["pvc.yaml"]
+    docs = [doc for path in plain for doc in _load(path)]
+    docs += [doc for objects in rendered.values() for doc in objects if doc["kind"] != "MPIJob"]
+    assert docs
+    for doc in docs:
+        assert _kubernetes_errors(doc) == "", doc["kind"]
+
+
+def test_crd_fixture_is_a_valid_crd_that_names_its_source():
+    (crd,) = _load(CRD)
+    assert _kubernetes_errors(crd) == ""
+    assert crd["metadata"]["name"] == "mpijobs.kubeflow.org"
+    with open(CRD) as f:
+        header = f.read(600)
+    assert "kubeflow/mpi-operator" in header and "v0.6.0" in header
+
+
+def test_mpijobs_are_valid_for_the_operator_and_their_pods_for_kubernetes(rendered, crd_validator):
+    pod_template = _pod_template_validator()
+    for name, docs in rendered.items():
+        assert _mpijob_errors(_mpijob(docs), crd_validator, pod_template) == [], name
+
+
+@pytest.mark.parametrize(
+    "path, value, refused",
+    [
+        (("spec", "slotsPerWorkers"), 8, "spec"),  # a misspelled field of the MPIJob
+        (("spec", "mpiReplicaSpecs", "Launcher", "restartPolicy"), "ExitCode", "Launcher.restartPolicy"),
+        (("spec", "runPolicy", "cleanPodPolicy"), "Finished", "cleanPodPolicy"),
+        (
+            ("spec", "mpiReplicaSpecs", "Worker", "template", "spec", "terminationGracePeriod"),
+            300,
+            "Worker.template",
+        ),
+        (
+            ("spec", "mpiReplicaSpecs", "Launcher", "template", "spec", "terminationGracePeriodSeconds"),
+            "330",
+            "Launcher.template",
+        ),
+    ],
+)
+def test_validation_refuses_what_the_cluster_would(mpijob, crd_validator, path, value, refused):
+    job = copy.deepcopy(mpijob)
+    node = job
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    errors = _mpijob_errors(job, crd_validator, _pod_template_validator())
+    assert errors and all(refused in e for e in errors), errors
+
+
+def test_images_reach_both_containers(tmp_path):
+    base = tmp_path / "base"
+    shutil.copytree(os.path.join(K8S, "base"), base)
+    (kustomization,) = _load(base / "kustomization.yaml")
+    (image,) = kustomization["images"]
+    image.update(newName="registry.example.com/team/bert-tf2", newTag="v7")
+    (base / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
+    job = _mpijob(_kustomize(str(base)))
+    for replica in ("Launcher", "Worker"):
+        assert _container(job, replica)["image"] == "registry.example.com/team/bert-tf2:v7", replica
+
+
+def test_infiniband_overlay_adds_only_rdma_ipc_lock_and_nccl(rendered, mpijob):
+    job = _mpijob(rendered["overlays/infiniband"])
+    worker = _container(job, "Worker")
+    assert worker["resources"]["limits"]["rdma/ib"] == 1
+    assert worker["securityContext"]["capabilities"]["add"] == ["IPC_LOCK"]
+    assert _env(_container(job, "Launcher"))["NCCL_IB_DISABLE"] == "0"
+    del worker["resources"]["limits"]["rdma/ib"], worker["securityContext"]
+    _container(job, "Launcher")["env"].pop()
+    assert job == mpijob  # the rest is the base's
 
 
 def test_gpus_shm_and_storage_fit_together(mpijob):
@@ -142,20 +286,17 @@ def test_gpus_shm_and_storage_fit_together(mpijob):
     # num_gpus, the 8th positional argument, is every rank the hostfile offers.
     assert int(launcher["args"][7]) == spec["mpiReplicaSpecs"]["Worker"]["replicas"] * slots
 
-    worker_pod = spec["mpiReplicaSpecs"]["Worker"]["template"]["spec"]
-    volumes = {v["name"]: v for v in worker_pod["volumes"]}
+    volumes = {v["name"]: v for v in _pod(mpijob, "Worker")["volumes"]}
     mounts = {m["mountPath"]: m["name"] for m in worker["volumeMounts"]}
     assert volumes[mounts["/dev/shm"]]["emptyDir"]["medium"] == "Memory"
-    assert worker_pod["terminationGracePeriodSeconds"] >= 120  # one update plus a checkpoint save
 
-    (pvc,) = _load("pvc.yaml")
+    (pvc,) = _load(os.path.join(K8S, "pvc.yaml"))
     assert pvc["kind"] == "PersistentVolumeClaim" and "ReadWriteMany" in pvc["spec"]["accessModes"]
     for replica in ("Launcher", "Worker"):
-        pod = spec["mpiReplicaSpecs"][replica]["template"]["spec"]
         container = _container(mpijob, replica)
         claims = {
             v["name"]: v["persistentVolumeClaim"]["claimName"]
-            for v in pod["volumes"]
+            for v in _pod(mpijob, replica)["volumes"]
             if "persistentVolumeClaim" in v
         }
         (mount,) = [m for m in container["volumeMounts"] if m["name"] in claims]
@@ -165,27 +306,17 @@ def test_gpus_shm_and_storage_fit_together(mpijob):
     assert _env(launcher)["RESULTS_DIR"] == _env(worker)["RESULTS_DIR"]
 
 
-def test_kustomizations_name_what_exists(mpijob):
-    (base,) = _load("kustomization.yaml")
-    for resource in base["resources"]:
-        assert os.path.isfile(os.path.join(K8S, resource)), resource
-    images = {image["name"] for image in base["images"]}
-    for replica in ("Launcher", "Worker"):
-        assert _container(mpijob, replica)["image"] in images
-
-    (overlay,) = _load("overlays/infiniband/kustomization.yaml")
-    assert overlay["resources"] == ["../.."]
-    (patch,) = overlay["patches"]
-    assert patch["target"]["name"] == mpijob["metadata"]["name"]
-    for op in yaml.safe_load(patch["patch"]):
-        # Every JSON patch adds under a parent that the base has (~1 is an escaped "/").
-        parts = [p.replace("~1", "/") for p in op["path"].strip("/").split("/")]
-        node = mpijob
-        for part in parts[:-1]:
-            node = node[int(part)] if isinstance(node, list) else node[part]
-        assert op["op"] == "add" and isinstance(node, (dict, list)), op["path"]
-        if parts[-1] == "rdma/ib":
-            assert op["value"] == 1
+def test_launcher_outlives_the_workers_checkpoint_and_knows_its_job(mpijob):
+    worker_grace = _pod(mpijob, "Worker")["terminationGracePeriodSeconds"]
+    assert worker_grace >= 120  # one update plus a checkpoint save
+    # Kubernetes' default (30 s) would kill mpirun, and with it the ranks, mid-checkpoint.
+    assert _pod(mpijob, "Launcher")["terminationGracePeriodSeconds"] >= worker_grace + 30
+    (uid,) = [e for e in _container(mpijob, "Launcher")["env"] if e["name"] == "LAUNCHER_JOB_UID"]
+    # The Job controller's label on its pods (Kubernetes 1.27+): a new value for every MPIJob.
+    assert (
+        uid["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.labels['batch.kubernetes.io/controller-uid']"
+    )
+    assert mpijob["spec"]["mpiReplicaSpecs"]["Launcher"]["restartPolicy"] == "Never"  # a new pod per try
 
 
 def test_launcher_command_passes_the_launchers_dry_run(mpijob, tmp_path):
@@ -216,29 +347,31 @@ def test_launcher_command_passes_the_launchers_dry_run(mpijob, tmp_path):
     assert "dry run: nothing checked or started." in out
 
 
+def _wrapper(command, timeout=30, **env):
+    clean = {k: v for k, v in os.environ.items() if k not in ("LAUNCHER_JOB_UID", "WORKER_HOSTFILE")}
+    return subprocess.run(
+        ["bash", RETRYABLE, "bash", "-c", command],
+        env=dict(clean, **env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 # 143 = 128 + SIGTERM: retryable under Kubeflow's ExitCode policy (1-127 permanent, 128-255 retryable).
 @pytest.mark.parametrize(
     "status, expected",
     [(0, 0), (PREEMPTED_EXIT_STATUS, 143), (1, 1), (2, 2), (137, 137)],
 )
 def test_wrapper_maps_only_the_preemption_status(status, expected):
-    result = subprocess.run(
-        ["bash", RETRYABLE, "bash", "-c", f"exit {status}"], capture_output=True, text=True, timeout=30
-    )
+    result = _wrapper(f"exit {status}")
     assert result.returncode == expected
     assert ("preempted" in result.stderr) == (status == PREEMPTED_EXIT_STATUS)
 
 
 def test_wrapper_takes_another_retryable_status_and_refuses_a_permanent_one():
-    run = lambda value: subprocess.run(  # noqa: E731
-        ["bash", RETRYABLE, "bash", "-c", f"exit {PREEMPTED_EXIT_STATUS}"],
-        env=dict(os.environ, RETRYABLE_EXIT_STATUS=value),
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    assert run("200").returncode == 200
-    refused = run("75")
+    assert _wrapper(f"exit {PREEMPTED_EXIT_STATUS}", RETRYABLE_EXIT_STATUS="200").returncode == 200
+    refused = _wrapper(f"exit {PREEMPTED_EXIT_STATUS}", RETRYABLE_EXIT_STATUS="75")
     assert refused.returncode == 2 and "128-255" in refused.stderr
 
 
@@ -249,6 +382,58 @@ def test_wrapper_relays_sigterm_and_maps_the_resulting_preemption():
     assert proc.stdout.readline().strip() == "ready"
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 143
+
+
+def test_wrapper_ends_every_later_attempt_of_a_job_after_a_permanent_failure(tmp_path):
+    results = tmp_path / "results"
+    ran = tmp_path / "ran"
+    job = dict(RESULTS_DIR=str(results), HOSTNAME="bert-pretraining-launcher")
+    for status in (PREEMPTED_EXIT_STATUS, 137):  # retryable: nothing remembered
+        assert _wrapper(f"exit {status}", LAUNCHER_JOB_UID="uid-1", **job).returncode in (143, 137)
+    assert not results.exists()
+
+    first = _wrapper("exit 2", LAUNCHER_JOB_UID="uid-1", **job)
+    assert first.returncode == 2
+    assert "permanent failure" in first.stderr and "kubectl delete mpijob bert-pretraining" in first.stderr
+    again = _wrapper(f"touch {ran}", LAUNCHER_JOB_UID="uid-1", **job)
+    assert again.returncode == 2 and not ran.exists()  # the Job's retry stops at once
+    assert "an earlier attempt of this job ended with status 2" in again.stderr
+
+    # The same MPIJob applied again is a new launcher Job: it runs (and continues the run).
+    assert _wrapper(f"touch {ran}", LAUNCHER_JOB_UID="uid-2", **job).returncode == 0 and ran.exists()
+
+
+@pytest.fixture
+def listening_port():
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    yield server.getsockname()[1]
+    server.close()
+
+
+def test_wrapper_waits_for_the_workers_and_names_a_missing_one(tmp_path, listening_port):
+    hostfile = tmp_path / "hostfile"
+    ran = tmp_path / "ran"
+    job = dict(
+        RESULTS_DIR=str(tmp_path / "results"),
+        LAUNCHER_JOB_UID="uid-1",
+        WORKER_HOSTFILE=str(hostfile),
+        WORKER_SSH_PORT=str(listening_port),
+        WORKER_WAIT_SECONDS="2",
+    )
+    hostfile.write_text("127.0.0.1 slots=8\n")
+    assert _wrapper(f"touch {ran}", **job).returncode == 0 and ran.exists()
+
+    ran.unlink()
+    hostfile.write_text("127.0.0.1 slots=8\nbert-pretraining-worker-1.bert-pretraining.invalid slots=8\n")
+    started = time.monotonic()
+    lost = _wrapper(f"touch {ran}", **job)
+    assert lost.returncode == 2 and not ran.exists()
+    assert time.monotonic() - started < 20
+    assert "worker(s) bert-pretraining-worker-1.bert-pretraining.invalid did not answer" in lost.stderr
+    assert "does not recreate a worker pod that ended Failed" in lost.stderr
+    assert "permanent failure" in lost.stderr  # and the Job's later attempts end at once
 
 
 def test_worker_writes_the_stop_file_of_each_phase_on_sigterm(tmp_path):
