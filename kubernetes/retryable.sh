@@ -21,6 +21,8 @@
 # /etc/mpi/hostfile where it exists) must answer on port WORKER_SSH_PORT (22) within
 # WORKER_WAIT_SECONDS (600): the operator does not recreate a worker pod that ended Failed (evicted,
 # its node lost), so a missing worker ends the job as a permanent failure (2) that names it.
+# After a permanent failure the worker pods are let go: `ssh HOST 'kill -USR2 1'` to each, which
+# worker.sh takes as the end of the job.
 set -uo pipefail
 
 if [[ $# -eq 0 || "$1" == "-h" || "$1" == "--help" ]]; then
@@ -42,12 +44,29 @@ fi
 job="NAME"
 if [[ "${HOSTNAME:-}" == *-launcher ]]; then job="${HOSTNAME%-launcher}"; fi
 again="fix the cause, delete the MPIJob (kubectl delete mpijob ${job}) and apply it again: the run continues from its last checkpoint"
+hostfile="${WORKER_HOSTFILE:-}"
+if [[ -z "${hostfile}" && -f /etc/mpi/hostfile ]]; then hostfile=/etc/mpi/hostfile; fi
+port="${WORKER_SSH_PORT:-22}"
+hosts=()
+if [[ -n "${hostfile}" ]]; then
+  while read -r host _; do
+    if [[ -n "${host}" && "${host}" != \#* ]]; then hosts+=("${host}"); fi
+  done < "${hostfile}"
+fi
 
-# permanent STATUS: remembered for the Job's later attempts, then this script ends with STATUS.
+# permanent STATUS: remembered for the Job's later attempts, the worker pods let go (worker.sh ends
+# on SIGUSR2, so their GPUs are free while the Job spends its remaining retries), then exit STATUS.
 permanent() {
+  local host
   if [[ -n "${memory}" ]]; then
-    mkdir -p "${RESULTS_DIR}" && printf '%s\n' "$1" > "${memory}"
-    echo "[retryable] status $1 is a permanent failure: every later attempt of this job ends at once with it (Kubernetes retries the launcher up to the MPIJob's backoffLimit); ${again}" >&2
+    if [[ ! -f "${memory}" ]]; then
+      mkdir -p "${RESULTS_DIR}" && printf '%s\n' "$1" > "${memory}"
+      echo "[retryable] status $1 is a permanent failure: every later attempt of this job ends at once with it (Kubernetes retries the launcher up to the MPIJob's backoffLimit) and the worker pods end now; ${again}" >&2
+    fi
+    for host in "${hosts[@]}"; do
+      timeout 20 ssh -p "${port}" -o BatchMode=yes -o ConnectTimeout=5 -o StrictHostKeyChecking=no \
+        -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR "${host}" 'kill -USR2 1' 2>/dev/null || true
+    done
   fi
   exit "$1"
 }
@@ -56,7 +75,7 @@ if [[ -n "${memory}" && -f "${memory}" ]]; then
   earlier="$(head -n 1 "${memory}")"
   [[ "${earlier}" =~ ^[0-9]+$ ]] && (( earlier >= 1 && earlier <= 255 )) || earlier=2
   echo "[retryable] an earlier attempt of this job ended with status ${earlier}, a permanent failure (the oldest failed launcher pod's log has the reason): not running again; ${again}" >&2
-  exit "${earlier}"
+  permanent "${earlier}"
 fi
 
 # The traps are set before COMMAND starts, so a signal that comes while it is starting is not
@@ -71,30 +90,21 @@ trap 'relay TERM' TERM
 trap 'relay USR1' USR1
 trap 'relay INT' INT
 
-hostfile="${WORKER_HOSTFILE:-}"
-if [[ -z "${hostfile}" && -f /etc/mpi/hostfile ]]; then hostfile=/etc/mpi/hostfile; fi
-if [[ -n "${hostfile}" ]]; then
-  port="${WORKER_SSH_PORT:-22}"
-  deadline=$((SECONDS + ${WORKER_WAIT_SECONDS:-600}))
-  hosts=()
-  while read -r host _; do
-    if [[ -n "${host}" && "${host}" != \#* ]]; then hosts+=("${host}"); fi
-  done < "${hostfile}"
-  while true; do
-    missing=()
-    for host in "${hosts[@]}"; do
-      timeout 5 bash -c ">/dev/tcp/${host}/${port}" 2>/dev/null || missing+=("${host}")
-    done
-    (( ${#missing[@]} == 0 )) && break
-    # Preempted before anything started: nothing to save, retry.
-    if [[ -n "${pending}" ]]; then exit "${retryable}"; fi
-    if (( SECONDS >= deadline )); then
-      echo "[retryable] worker(s) ${missing[*]} did not answer on port ${port} within ${WORKER_WAIT_SECONDS:-600} s: their pods are not Ready, still pending or ended (the MPI operator does not recreate a worker pod that ended Failed: evicted, or its node lost; kubectl get pods shows which)" >&2
-      permanent 2
-    fi
-    sleep 1
+deadline=$((SECONDS + ${WORKER_WAIT_SECONDS:-600}))
+while (( ${#hosts[@]} > 0 )); do
+  missing=()
+  for host in "${hosts[@]}"; do
+    timeout 5 bash -c ">/dev/tcp/${host}/${port}" 2>/dev/null || missing+=("${host}")
   done
-fi
+  (( ${#missing[@]} == 0 )) && break
+  # Preempted before anything started: nothing to save, retry.
+  if [[ -n "${pending}" ]]; then exit "${retryable}"; fi
+  if (( SECONDS >= deadline )); then
+    echo "[retryable] worker(s) ${missing[*]} did not answer on port ${port} within ${WORKER_WAIT_SECONDS:-600} s: their pods are not Ready, still pending or ended (the MPI operator does not recreate a worker pod that ended Failed: evicted, or its node lost; kubectl get pods shows which)" >&2
+    permanent 2
+  fi
+  sleep 1
+done
 
 "$@" &
 child=$!

@@ -5,6 +5,8 @@
 # output directory under RESULTS_DIR, every rank (on every pod) stops at the same update with a
 # checkpoint and exits 75, and the launcher ends with the retryable status (retryable.sh). sshd
 # keeps running until the kubelet's grace period ends, so the checkpoint can finish.
+# SIGUSR2 (from the launcher's retryable.sh over ssh, after a permanent failure) ends sshd and this
+# script with status 0: the pod ends Succeeded, its GPUs free, and the operator leaves it so.
 #
 #   bash kubernetes/worker.sh      # RESULTS_DIR as the launcher has it (default /results)
 #
@@ -30,9 +32,19 @@ stop_phases() {
     touch "${dir}STOP" && echo "[worker] preemption notice: wrote ${dir}STOP" >&2
   done
 }
-# The trap comes first: a notice that arrives while sshd starts is not lost (sshd itself starts
+sshd_pid=""
+# shellcheck disable=SC2329  # called from the trap below
+release() {
+  echo "[worker] the launcher ended the job (a permanent failure): stopping" >&2
+  # $! already names sshd when the signal comes between its start and sshd_pid's assignment.
+  local pid="${sshd_pid:-${!:-}}"
+  if [[ -n "${pid}" ]]; then kill "${pid}" 2>/dev/null; fi
+  exit 0
+}
+# The traps come first: a notice that arrives while sshd starts is not lost (sshd itself starts
 # with the default handlers, as a trapped signal's handler is reset in a child).
 trap 'stop_phases' TERM USR1
+trap 'release' USR2
 "${sshd}" -De &
 sshd_pid=$!
 # wait returns early on a trapped signal: wait again until sshd ends (the kubelet's SIGKILL).

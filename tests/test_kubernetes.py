@@ -384,25 +384,6 @@ def test_wrapper_relays_sigterm_and_maps_the_resulting_preemption():
     assert proc.wait(timeout=30) == 143
 
 
-def test_wrapper_ends_every_later_attempt_of_a_job_after_a_permanent_failure(tmp_path):
-    results = tmp_path / "results"
-    ran = tmp_path / "ran"
-    job = dict(RESULTS_DIR=str(results), HOSTNAME="bert-pretraining-launcher")
-    for status in (PREEMPTED_EXIT_STATUS, 137):  # retryable: nothing remembered
-        assert _wrapper(f"exit {status}", LAUNCHER_JOB_UID="uid-1", **job).returncode in (143, 137)
-    assert not results.exists()
-
-    first = _wrapper("exit 2", LAUNCHER_JOB_UID="uid-1", **job)
-    assert first.returncode == 2
-    assert "permanent failure" in first.stderr and "kubectl delete mpijob bert-pretraining" in first.stderr
-    again = _wrapper(f"touch {ran}", LAUNCHER_JOB_UID="uid-1", **job)
-    assert again.returncode == 2 and not ran.exists()  # the Job's retry stops at once
-    assert "an earlier attempt of this job ended with status 2" in again.stderr
-
-    # The same MPIJob applied again is a new launcher Job: it runs (and continues the run).
-    assert _wrapper(f"touch {ran}", LAUNCHER_JOB_UID="uid-2", **job).returncode == 0 and ran.exists()
-
-
 @pytest.fixture
 def listening_port():
     server = socket.socket()
@@ -412,15 +393,62 @@ def listening_port():
     server.close()
 
 
-def test_wrapper_waits_for_the_workers_and_names_a_missing_one(tmp_path, listening_port):
+@pytest.fixture
+def stand_in_ssh(tmp_path):
+    """A stand-in ssh first on PATH: it records what the launcher asks of each worker (the real
+    one would signal this machine's PID 1)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "ssh.log"
+    (bin_dir / "ssh").write_text(f'#!/bin/sh\necho "$@" >> {log}\n')
+    (bin_dir / "ssh").chmod(0o755)
+    return f"{bin_dir}:{os.environ['PATH']}", log
+
+
+def test_wrapper_ends_every_later_attempt_of_a_job_after_a_permanent_failure(
+    tmp_path, listening_port, stand_in_ssh
+):
+    results = tmp_path / "results"
+    ran = tmp_path / "ran"
+    path, ssh_log = stand_in_ssh
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("127.0.0.1 slots=8\n")
+    job = dict(
+        RESULTS_DIR=str(results),
+        HOSTNAME="bert-pretraining-launcher",
+        WORKER_HOSTFILE=str(hostfile),
+        WORKER_SSH_PORT=str(listening_port),
+        PATH=path,
+    )
+    for status in (PREEMPTED_EXIT_STATUS, 137):  # retryable: nothing remembered, workers kept
+        assert _wrapper(f"exit {status}", LAUNCHER_JOB_UID="uid-1", **job).returncode in (143, 137)
+    assert not results.exists() and not ssh_log.exists()
+
+    first = _wrapper("exit 2", LAUNCHER_JOB_UID="uid-1", **job)
+    assert first.returncode == 2
+    assert "permanent failure" in first.stderr and "kubectl delete mpijob bert-pretraining" in first.stderr
+    # The worker pods are let go (worker.sh ends on SIGUSR2): their GPUs are free at once.
+    (asked,) = ssh_log.read_text().splitlines()
+    assert asked.startswith(f"-p {listening_port} ") and asked.endswith(" 127.0.0.1 kill -USR2 1")
+    again = _wrapper(f"touch {ran}", LAUNCHER_JOB_UID="uid-1", **job)
+    assert again.returncode == 2 and not ran.exists()  # the Job's retry stops at once
+    assert "an earlier attempt of this job ended with status 2" in again.stderr
+
+    # The same MPIJob applied again is a new launcher Job: it runs (and continues the run).
+    assert _wrapper(f"touch {ran}", LAUNCHER_JOB_UID="uid-2", **job).returncode == 0 and ran.exists()
+
+
+def test_wrapper_waits_for_the_workers_and_names_a_missing_one(tmp_path, listening_port, stand_in_ssh):
     hostfile = tmp_path / "hostfile"
     ran = tmp_path / "ran"
+    path, ssh_log = stand_in_ssh
     job = dict(
         RESULTS_DIR=str(tmp_path / "results"),
         LAUNCHER_JOB_UID="uid-1",
         WORKER_HOSTFILE=str(hostfile),
         WORKER_SSH_PORT=str(listening_port),
         WORKER_WAIT_SECONDS="2",
+        PATH=path,
     )
     hostfile.write_text("127.0.0.1 slots=8\n")
     assert _wrapper(f"touch {ran}", **job).returncode == 0 and ran.exists()
@@ -434,6 +462,7 @@ def test_wrapper_waits_for_the_workers_and_names_a_missing_one(tmp_path, listeni
     assert "worker(s) bert-pretraining-worker-1.bert-pretraining.invalid did not answer" in lost.stderr
     assert "does not recreate a worker pod that ended Failed" in lost.stderr
     assert "permanent failure" in lost.stderr  # and the Job's later attempts end at once
+    assert "127.0.0.1 kill -USR2 1" in ssh_log.read_text()  # the worker that answered is let go
 
 
 def test_worker_writes_the_stop_file_of_each_phase_on_sigterm(tmp_path):
@@ -455,6 +484,28 @@ def test_worker_writes_the_stop_file_of_each_phase_on_sigterm(tmp_path):
         assert (results / "phase_1" / "STOP").exists()
         assert not (results / "phase_2").exists()  # no directory of a phase that has not started
         assert proc.poll() is None  # sshd stays up for the checkpoint, until the kubelet's kill
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+def test_worker_ends_with_its_sshd_when_the_launcher_lets_it_go(tmp_path):
+    sshd = tmp_path / "sshd"
+    sshd.write_text(f"#!/bin/sh\necho $$ > {tmp_path / 'sshd.pid'}\necho ready\nexec sleep 30\n")
+    sshd.chmod(0o755)
+    env = dict(os.environ, RESULTS_DIR=str(tmp_path / "results"), SSHD=str(sshd))
+    proc = subprocess.Popen(
+        ["bash", WORKER], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        proc.send_signal(signal.SIGUSR2)  # what retryable.sh sends over ssh after a permanent failure
+        assert proc.wait(timeout=10) == 0  # the pod ends Succeeded, and the operator leaves it so
+        sshd_pid = int((tmp_path / "sshd.pid").read_text())
+        deadline = time.monotonic() + 10
+        while os.path.exists(f"/proc/{sshd_pid}") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not os.path.exists(f"/proc/{sshd_pid}")
     finally:
         proc.kill()
         proc.wait(timeout=10)
