@@ -142,12 +142,12 @@ def steps_for(model, objective, accumulation: int, bins: list, xla: bool, seq: i
     """{kind: TrainStep} on one model: bin 0 the stacked update, the other bins the binned one,
     `packed(b)` the packed one (micro-batches of `batch` sequences, cut to bins of b); XLA
     programs where `xla`, TensorFlow graphs where not."""
-    from training import job
     from training.distributed import Distributed
     from training.length_bins import bin_lengths
     from training.packing import row_counts
+    from training.update import Update
 
-    update = job.Update(1, accumulation, 1e-4, 1, "lamb")
+    update = Update(1, accumulation, 1e-4, 1, "lamb")
     dist = Distributed(use_horovod=False)
     return {
         kind: update.build(

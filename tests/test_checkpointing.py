@@ -32,7 +32,7 @@ from training.checkpointing import (
     write_model_files,
 )
 from training.data_order import Position
-from training.job import Update
+from training.update import Update
 
 CONFIG = {
     "vocab_size": 12,

@@ -1,7 +1,7 @@
 """Fine-tuning updates equal Hugging Face Transformers' (PyTorch) on the real MiniLM weights.
 
 With dropout off, the same span head and the same batches, our SQuAD fine-tuning step (the span
-objective, TrainStep, AdamW with --decay_after_warmup --adam_epsilon=1e-8 as training.job.Update
+objective, TrainStep, AdamW with --decay_after_warmup --adam_epsilon=1e-8 as training.update.Update
 builds it, clipping at 1.0) and a PyTorch loop doing what transformers.Trainer does
 (torch.optim.AdamW with decay 0.01 off LayerNorm and bias, clip_grad_norm_ 1.0,
 get_linear_schedule_with_warmup) give the same losses and the same weights, update after update.
@@ -71,8 +71,8 @@ def _ours(minilm_dir, batches, steps):
     from bert.checkpoints import google_to_hf, load_for_fine_tuning, model_variables, read_config_beside
     from bert.finetuning import BertSpanModel
     from training.finetuning_objectives import SpanObjective
-    from training.job import Update
     from training.train_step import TrainStep
+    from training.update import Update
 
     config = dataclasses.replace(
         read_config_beside(minilm_dir), hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0

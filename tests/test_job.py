@@ -1,4 +1,5 @@
-"""training/job.py: the update every job builds (workers applied once), the resolved report."""
+"""training/update.py and training/job.py: the update every job builds (workers applied once), the
+resolved report."""
 
 import io
 import json
@@ -6,10 +7,11 @@ import json
 import pytest
 
 from training import job
+from training.update import Update
 
 
 def test_the_worker_count_multiplies_the_batch_and_the_rate_once():
-    update = job.Update(
+    update = Update(
         batch_size=8, accumulation_steps=4, learning_rate=7.5e-4, workers=8, optimizer_type="lamb"
     )
     assert update.global_batch_size == 8 * 4 * 8
@@ -26,7 +28,7 @@ def test_the_worker_count_multiplies_the_batch_and_the_rate_once():
     "optimizer_type, decay_power, power", [("lamb", None, 0.5), ("adamw", None, 1.0), ("lamb", 1.0, 1.0)]
 )
 def test_the_schedule_peaks_at_the_scaled_rate_with_the_optimizers_decay(optimizer_type, decay_power, power):
-    update = job.Update(2, 1, 1e-3, 4, optimizer_type, decay_power=decay_power)
+    update = Update(2, 1, 1e-3, 4, optimizer_type, decay_power=decay_power)
     schedule = update.learning_rate_schedule(warmup_steps=10, train_steps=100)
     assert (schedule.peak_learning_rate, schedule.warmup_steps, schedule.total_steps) == (4e-3, 10, 100)
     assert schedule.power == power

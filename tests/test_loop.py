@@ -22,9 +22,10 @@ from training.checkpointing import (
     read_run_state,
 )
 from training.data_order import Position
-from training.job import Update
 from training.metrics_log import MetricsLog, read_log
+from training.safeguard import Safeguard
 from training.train_step import PretrainingStep
+from training.update import Update
 
 LOG_KEYS = {
     "step",
@@ -106,9 +107,9 @@ def test_updates_are_read_at_log_and_save_steps_and_end_where_reading_each_would
             step,
             data,
             Checkpointer(str(out), step, keep=5),
-            _log(out, 8, every=every),
             num_train_steps=8,
             save_checkpoints_steps=4,
+            safeguards=[_log(out, 8, every=every)],
         )
         assert len(list(data)) == 10 - 8 - len(nan_at)  # nothing was read ahead
         runs[name] = (step, reads, read_log(str(out / "log.jsonl")))
@@ -148,10 +149,10 @@ def test_save_checkpoints_minutes_saves_at_the_first_read_once_the_minutes_passe
         step,
         iter(_batches(tiny_config, 10)),
         Checkpointer(str(tmp_path), step, keep=5),
-        _log(tmp_path, 10, every=2),
         num_train_steps=10,
         save_checkpoints_steps=100,
         save_checkpoints_minutes=3,
+        safeguards=[_log(tmp_path, 10, every=2)],
     )
     # 4 minutes at step 4 (the first read at or past 3), 4 more at step 8, and the last step.
     assert sorted(int(p.name[5:-6]) for p in tmp_path.glob("ckpt-*.index")) == [4, 8, 10]
@@ -160,14 +161,25 @@ def test_save_checkpoints_minutes_saves_at_the_first_read_once_the_minutes_passe
             step,
             iter([]),
             Checkpointer(str(tmp_path), step),
-            _log(tmp_path, 10),
             num_train_steps=10,
             save_checkpoints_steps=1,
             save_checkpoints_minutes=0,
+            safeguards=[_log(tmp_path, 10)],
         )
 
 
-def test_periodic_callbacks_see_exactly_their_step(tmp_path, tiny_config):
+class _Periodic(Safeguard):
+    """Calls `call(step)` after each read boundary at a multiple of `every`."""
+
+    def __init__(self, every, call):
+        self.every, self.call = every, call
+
+    def after_boundary(self, run, saved):
+        if run.current % self.every == 0:
+            self.call(run.current)
+
+
+def test_a_safeguards_period_is_read_at_exactly_its_step(tmp_path, tiny_config):
     step = _step(tiny_config)
     reads = _counting_reads(step)
     seen = []
@@ -175,10 +187,12 @@ def test_periodic_callbacks_see_exactly_their_step(tmp_path, tiny_config):
         step,
         iter(_batches(tiny_config, 8)),
         Checkpointer(str(tmp_path), step, keep=5),
-        _log(tmp_path, 8, every=4),
         num_train_steps=8,
         save_checkpoints_steps=8,
-        periodic=(3, lambda current: seen.append((current, int(step.optimizer.iterations)))),
+        safeguards=[
+            _Periodic(3, lambda current: seen.append((current, int(step.optimizer.iterations)))),
+            _log(tmp_path, 8, every=4),
+        ],
     )
     assert seen == [(3, 3), (6, 6)]  # nothing was queued past the callback's step
     assert reads == [1, 2, 1, 2, 2]
@@ -209,9 +223,9 @@ def test_a_nan_loss_in_fp32_stops_naming_the_step_and_the_last_good_checkpoint(
             step,
             iter(_batches(tiny_config, 8, nan_at=nan_at)),
             checkpointer,
-            _log(tmp_path, 8, every=every),
             num_train_steps=8,
             save_checkpoints_steps=every,
+            safeguards=[_log(tmp_path, 8, every=every)],
         )
     assert counted == reads
     assert latest_checkpoint(str(tmp_path)).endswith(f"ckpt-{good}")
@@ -230,9 +244,9 @@ def test_checkpoints_rotate_are_committed_last_and_leftovers_are_cleared(tmp_pat
         step,
         iter(_batches(tiny_config, 5)),
         checkpointer,
-        _log(tmp_path, 5, every=2),
         num_train_steps=5,
         save_checkpoints_steps=2,
+        safeguards=[_log(tmp_path, 5, every=2)],
     )
     # Saved at 2, 4 and the last step 5; the newest two are kept, with their worker states.
     assert tf.train.latest_checkpoint(str(tmp_path)).endswith("ckpt-5")
@@ -401,9 +415,9 @@ def test_a_preemption_notice_checkpoints_the_update_reached_and_the_rerun_ends_i
         reference,
         iter(batches),
         Checkpointer(str(whole), reference, keep=5),
-        _log(whole, 8, every=4),
         num_train_steps=8,
         save_checkpoints_steps=4,
+        safeguards=[_log(whole, 8, every=4)],
     )
 
     out = tmp_path / "preempted"
@@ -412,15 +426,15 @@ def test_a_preemption_notice_checkpoints_the_update_reached_and_the_rerun_ends_i
     if notice == "STOP file":
         (out / "STOP").write_text("")  # before the run: it stops before its first update...
         os.utime(out / "STOP", (1, 1))  # (written by an earlier run)
-        with StopRequests(str(out)) as stop, pytest.raises(Preempted, match="no checkpoint was written"):
+        stop = StopRequests(str(out))
+        with pytest.raises(Preempted, match="no checkpoint was written"):
             loop.train(
                 step,
                 iter(batches),
                 Checkpointer(str(out), step),
-                _log(out, 8, every=4),
                 num_train_steps=8,
                 save_checkpoints_steps=4,
-                stop=stop,
+                safeguards=[stop, _log(out, 8, every=4)],
             )
         assert int(step.optimizer.iterations) == 0
         stop.clear_stale_file()  # ...and a new run clears it before it starts
@@ -435,17 +449,16 @@ def test_a_preemption_notice_checkpoints_the_update_reached_and_the_rerun_ends_i
     else:
         data = _signal_at(batches, 5, getattr(signal, notice))
     handler = signal.getsignal(signal.SIGTERM)
-    with StopRequests(str(out)) as stop:
-        with pytest.raises(Preempted) as stopped:
-            loop.train(
-                step,
-                data,
-                Checkpointer(str(out), step, keep=5),
-                _log(out, 8, every=4),
-                num_train_steps=8,
-                save_checkpoints_steps=4,
-                stop=stop,
-            )
+    stop = StopRequests(str(out))
+    with pytest.raises(Preempted) as stopped:
+        loop.train(
+            step,
+            data,
+            Checkpointer(str(out), step, keep=5),
+            num_train_steps=8,
+            save_checkpoints_steps=4,
+            safeguards=[stop, _log(out, 8, every=4)],
+        )
     assert signal.getsignal(signal.SIGTERM) is handler  # the handlers are put back
     # The update in flight when the notice came (the 6th) finished; no other started.
     assert int(step.optimizer.iterations) == 6
@@ -460,9 +473,9 @@ def test_a_preemption_notice_checkpoints_the_update_reached_and_the_rerun_ends_i
         resumed,
         iter(batches[6:]),
         checkpointer,
-        _log(out, 8, start=6, every=4),
         num_train_steps=8,
         save_checkpoints_steps=4,
+        safeguards=[_log(out, 8, start=6, every=4)],
     )
     for a, b in zip(reference.model.weights, resumed.model.weights):
         np.testing.assert_array_equal(a.numpy(), b.numpy())

@@ -36,23 +36,25 @@ def _train(out, config, batches, *, steps, every, rollback_options=None, log_eve
     os.makedirs(out, exist_ok=True)
     step = _step(config)
     checkpointer = Checkpointer(str(out), step, Position(0, BATCH, 1), keep=5)
-    rollback = None
+    log = _log(out, steps, every=log_every)
+    safeguards = [log]
     if rollback_options is not None:
         rollback = Rollback(
             str(out),
             lambda start: iter(batches[start // BATCH :]),
             global_batch=BATCH,
             distributed=step.distributed,
+            log=log,
             **rollback_options,
         )
+        safeguards.insert(0, rollback)
     loop.train(
         step,
         checkpointer.position.counted(iter(batches)),
         checkpointer,
-        _log(out, steps, every=log_every),
         num_train_steps=steps,
         save_checkpoints_steps=every,
-        rollback=rollback,
+        safeguards=safeguards,
     )
     return step, checkpointer
 

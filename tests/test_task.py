@@ -17,6 +17,7 @@ from conftest import tiny_bert_config
 from training import job
 from training.finetuning_data import training_dataset
 from training.objective import Objective
+from training.safeguard import Safeguard
 from training.task import Prepared, Task
 
 SEQ = 16
@@ -84,6 +85,17 @@ class Interrupted(Exception):
     pass
 
 
+class Interrupting(Safeguard):
+    """Raises Interrupted after the read boundary of step `at` (the log's every 4 steps)."""
+
+    def __init__(self, at):
+        self.at = at
+
+    def after_boundary(self, run, saved):
+        if run.current == self.at:
+            raise Interrupted(run.current)
+
+
 class TaggingTask(Task):
     title = "tagging"
     objective = TaggingObjective()
@@ -138,22 +150,9 @@ class TaggingTask(Task):
     def resumed(self, plan, start, out):
         self.calls.append(f"resumed at {start}")
 
-    def rollback(self, s):
-        self.calls.append("rollback")
-        return super().rollback(s)
-
-    def periodic(self, s, plan, step, log, out):
-        self.calls.append("periodic")
-
-        def at(current):
-            if current == self.interrupt_at:
-                raise Interrupted(current)
-
-        return 4, at
-
-    def result_fields(self):
-        self.calls.append("result_fields")
-        return {"tagged": None}
+    def safeguards(self, s, plan, step, log, out):
+        self.calls.append("safeguards")
+        return [Interrupting(self.interrupt_at)]
 
     def finish(self, s, plan, step, result, log, out):
         self.calls.append("finish")
@@ -207,11 +206,9 @@ def test_job_run_trains_a_new_task_through_its_hooks_and_resumes_it_exactly(tmp_
         "prepare",
         "build_model",
         "initialise",
-        "result_fields",
         "training_batches",
         "resumed at 0",
-        "rollback",
-        "periodic",
+        "safeguards",
         "finish",
     ]
     assert "Resolved tagging settings:" in capsys.readouterr().out

@@ -301,7 +301,7 @@ class Checkpointer:
 
     step: the TrainStep (its model, optimizer and loss scale). position: the data order's
     training.data_order.Position (its `sequences` saved, its `restored` checked at restore), or None.
-    update: the job's training.job.Update (its global batch and learning-rate worker count saved
+    update: the job's training.update.Update (its global batch and learning-rate worker count saved
     for a resume on another worker count), or None. keep: how many checkpoints to keep (the newest).
     log: where rank 0's sentences about damaged checkpoints go (stderr by default).
     """

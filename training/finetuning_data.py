@@ -1,11 +1,8 @@
 """Fine-tuning's data in memory: the training micro-batches of one worker from feature arrays in
 the global order of training/data_order.py, prediction over feature arrays (by length under
---bin_size), and the evaluation during training. Every fine-tuning task (training/finetuning_job.py)
-uses these alike."""
+--bin_size). Every fine-tuning task (training/finetuning_job.py) uses these alike."""
 
 from __future__ import annotations
-
-import json
 
 import numpy as np
 
@@ -107,26 +104,3 @@ def predict(
                 outputs[name][index[:real]] = value
             progress(real)
     return outputs
-
-
-def periodic_evaluation(
-    step, task, split: str, every: int, last: int, features, batch_size: int, log, by_length: dict
-):
-    """loop.train's `periodic` for --eval_every_n_steps: every `every` updates before the last
-    (whose evaluation follows training), the official metrics of `split` into the log (log.jsonl's
-    {"step", "eval"} lines and TensorBoard's eval/ scalars); nothing is written on other ranks.
-    by_length: predict's bin_size and sequence_outputs."""
-
-    def evaluate(current: int) -> None:
-        if current >= last or not log.enabled:
-            return
-        arrays, context = features  # rank 0's (None on the others, which never get here)
-        outputs = predict(
-            step, arrays, batch_size, f"evaluate {split} at step {current}", log.stream, **by_length
-        )
-        metrics = task.dev_metrics(split, outputs, context)
-        if metrics is not None:
-            log.record_eval(current, {"split": split, **metrics})
-            print(f"{split} at step {current}: " + json.dumps(metrics), file=log.stream, flush=True)
-
-    return every, evaluate

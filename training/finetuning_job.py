@@ -32,8 +32,9 @@ from common.errors import UserError
 from common.files import write_json
 from optimization import FINE_TUNING_DECAY_POWER
 from training import job
-from training.finetuning_data import periodic_evaluation, predict, training_dataset
+from training.finetuning_data import predict, training_dataset
 from training.task import Prepared, Task
+from training.update import Update
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -131,11 +132,11 @@ def train_steps(num_features: int, global_batch: int, epochs: float, warmup_prop
     return steps, int(steps * warmup_proportion)
 
 
-def update_of(s: FineTuningSettings, workers: int) -> job.Update:
+def update_of(s: FineTuningSettings, workers: int) -> Update:
     """The update `s` asks for on `workers` workers: linear decay after warmup, whatever the
     optimizer, counted from step 0 (Google's) or, with --decay_after_warmup, from the end of warmup;
     the optimizer's epsilon --adam_epsilon."""
-    return job.Update(
+    return Update(
         s.train_batch_size,
         s.num_accumulation_steps,
         s.learning_rate,
@@ -244,7 +245,7 @@ class FineTuningTask(Task):
     def model_files(self, s: FineTuningSettings, resume_from):
         return load_model_files(s, resume_from)
 
-    def update(self, s: FineTuningSettings, workers: int) -> job.Update:
+    def update(self, s: FineTuningSettings, workers: int) -> Update:
         return update_of(s, workers)
 
     def prepare(self, s: FineTuningSettings, plan: job.Plan, dist, out) -> Prepared:
@@ -306,37 +307,38 @@ class FineTuningTask(Task):
         if plan.resume_from:
             print(f"Resuming from {plan.resume_from} (step {start} of {plan.steps}).", file=out)
 
-    def periodic(self, s: FineTuningSettings, plan: job.Plan, step, log, out):
+    def safeguards(self, s: FineTuningSettings, plan: job.Plan, step, log, out) -> list:
         """--eval_every_n_steps' evaluation during training (rank 0 computes the features)."""
         if not s.eval_every_n_steps:
-            return None
+            return []
+        from training.periodic_evaluation import PeriodicEvaluation
+
         split = self.prediction_splits(do_eval=True, do_predict=False)[0]
         features = (
             self.predict_features(split, plan.data.tokenizer, s.max_seq_length, stream=out)
             if step.distributed.is_chief
             else None
         )
-        return periodic_evaluation(
-            step,
-            self,
-            split,
-            s.eval_every_n_steps,
-            plan.steps,
-            features,
-            s.predict_batch_size,
-            log,
-            _by_length(s, self),
-        )
+        return [
+            PeriodicEvaluation(
+                self,
+                split,
+                s.eval_every_n_steps,
+                plan.steps,
+                features,
+                s.predict_batch_size,
+                log,
+                _by_length(s, self),
+            )
+        ]
 
     def loaded(self, plan: job.Plan, out) -> None:
         print(f"Predicting with the weights of {plan.resume_from}.", file=out)
 
-    def result_fields(self) -> dict:
-        return {"results": {}, "export_dir": None}
-
     def finish(self, s: FineTuningSettings, plan: job.Plan, step, result: dict, log, out) -> None:
         """Rank 0: each split's predictions and official metrics, the SavedModel; then every
         worker waits for it."""
+        result.update(results={}, export_dir=None)
         dist = step.distributed
         if dist.is_chief:
             _predict_and_export(s, self, plan, step, result["step"], out, result)

@@ -8,23 +8,13 @@ task and calls the task's hooks for what differs (training/task.py lists them in
       job.preflight(settings, task, dist, out, joining)  # every worker sees what it needs
       plan = job.plan(settings, task, dist, out)  # model files, output dir, update, data, report
       step = the model (task.build_model, task.initialise) and its TrainStep (task.objective)
-      training from the latest checkpoint (task.training_batches, task.resumed, task.periodic)
+      training from the latest checkpoint: task.training_batches, task.resumed, and loop.train
+                  with the run's safeguards (training/safeguard.py) and the task's (task.safeguards)
       task.finish(...)                            # evaluate, predict, export
 
-The pieces below are also what bench/pretrain_throughput.py builds its step with:
-
-    with job.worker(use_horovod, deterministic, stream) as (dist, out):
-        update = job.Update(batch_size, accumulation_steps, learning_rate, dist.size, optimizer_type)
-        update, start = job.continue_update(update, latest_checkpoint(output_dir), out)
-        update.global_batch_size, update.peak_learning_rate   # B x k x W and lr x W, here alone
-        job.report("pretraining", {**update.describe(), ...}, out, path)  # print, resolved_config.json
-        model = job.build_model(lambda dtype: ..., seed=..., precision=..., rank=dist.rank)
-        step = update.build(model, objective, warmup_steps=..., train_steps=..., distributed=dist, ...)
-        position = data_order.Position(start, batch_size, dist.size)   # the input starts at `start`
-        training = job.resume_training(step, position, update, ...)
-        training.run(step, batches, num_train_steps=..., save_checkpoints_steps=...)
-
-`out` is the caller's stream on rank 0 and a sink on the other ranks: a job reports once.
+bench/pretrain_throughput.py builds its step with the same pieces (`worker`, `build_model`, the
+task's training.update.Update). `out` is the caller's stream on rank 0 and a sink on the other
+ranks: a job reports once.
 """
 
 from __future__ import annotations
@@ -40,6 +30,8 @@ from common.errors import Preempted, UserError
 from common.files import ensure_writable_dir, write_json
 from training.compile_cache import persistent_cache_in_use
 from training.length_bins import DEFAULT_BIN_SIZE, bin_lengths, bin_size_refusal
+from training.rollback import past_rollbacks
+from training.update import Update, continue_update
 
 RESOLVED_CONFIG_NAME = "resolved_config.json"
 
@@ -211,7 +203,6 @@ def _run_planned(s: JobSettings, task, p: Plan, dist, out, tracker, launcher) ->
     training.launcher_watch.LauncherWatch whose report stops training like a notice."""
     step = _build_step(s, task, p, dist, out)
     result = {"resolved": p.resolved, "model": step.model, "train": None, "throughput": None}
-    result.update(task.result_fields())
     log = None
     if s.do_train:
         result["train"], log = _train(s, task, p, step, out, tracker, launcher)
@@ -313,25 +304,6 @@ def plan(s: JobSettings, task, dist, out) -> Plan:
     return p
 
 
-def past_rollbacks(output_dir: str, resume_from: str | None, sequences: int, stream) -> int:
-    """Where the input continues from checkpoint `resume_from` at data position `sequences`: past
-    the window a divergence rollback to it skipped (training/rollback.py; a sentence on `stream`),
-    else `sequences`."""
-    if not resume_from:
-        return sequences
-    from training.checkpointing import checkpoint_step
-    from training.rollback import ROLLBACKS_NAME, resume_position
-
-    start, record = resume_position(output_dir, checkpoint_step(resume_from), sequences)
-    if record is not None:
-        print(
-            f"{resume_from} is where a divergence at step {record['diverged_step']} was rolled back "
-            f"to ({ROLLBACKS_NAME}): the input continues at sequence {start}, past the skipped window.",
-            file=stream,
-        )
-    return start
-
-
 def check_model_files(config, vocab_file: str | None, max_seq_length: int, config_source: str) -> None:
     """UserError (or BertError) when the vocab does not fit the config's embedding table, or
     --max_seq_length exceeds its position table."""
@@ -381,48 +353,55 @@ def trace_ahead_of(s: JobSettings) -> bool:
 
 
 def _train(s: JobSettings, task, plan: Plan, step, out, tracker=None, launcher=None):
-    """Training from where output_dir's checkpoints left off; (last metrics, the log)."""
+    """Training from where output_dir's checkpoints left off, with every safeguard of the run
+    (training/safeguard.py): the log, preemption notices (the launcher gone is one too), the
+    watchdog against lost workers, the task's own; (last metrics, the log). tracker: the log's
+    training.tracking.MlflowTracker (or None); launcher: the run's LauncherWatch (or None)."""
+    from training import loop
+    from training.checkpointing import Checkpointer
     from training.data_order import Position
+    from training.metrics_log import MetricsLog
+    from training.preemption import StopRequests
+    from training.watchdog import Watchdog
 
     dist = step.distributed
     batches = task.training_batches(s, plan, dist, plan.start_sequence)
-    training = resume_training(
-        step,
-        Position(plan.start_sequence, s.train_batch_size, dist.size, restored=plan.restored_sequence),
-        plan.update,
-        output_dir=s.output_dir,
-        train_steps=plan.steps,
-        keep=s.keep_checkpoints,
+    position = Position(plan.start_sequence, s.train_batch_size, dist.size, restored=plan.restored_sequence)
+    checkpointer = Checkpointer(
+        s.output_dir, step, position, update=plan.update, keep=s.keep_checkpoints, distributed=dist
+    )
+    checkpointer.remove_leftovers()
+    preemption = StopRequests(s.output_dir, dist, launcher)
+    if dist.is_chief:
+        preemption.clear_stale_file()  # before loop.resume, the workers' first agreement
+    start = loop.resume(checkpointer, step)
+    log = MetricsLog(
+        s.output_dir,
+        total_steps=plan.steps,
+        start_step=start,
+        sequences_per_update=plan.update.global_batch_size,
         log_every=s.log_every_n_steps,
-        worker_timeout_s=s.worker_timeout_seconds,
+        enabled=dist.is_chief,
         stream=out,
         tracker=tracker,
-        launcher=launcher,
     )
-    task.resumed(plan, training.start, out)
-    rollback, policy = None, task.rollback(s)
-    if policy is not None:
-        from training.rollback import Rollback
-
-        skip_updates, max_rollbacks = policy
-        rollback = Rollback(
-            s.output_dir,
-            lambda start: task.training_batches(s, plan, dist, start),
-            global_batch=plan.update.global_batch_size,
-            skip_updates=skip_updates,
-            max_rollbacks=max_rollbacks,
-            distributed=dist,
-        )
-    metrics = training.run(
+    task.resumed(plan, start, out)
+    safeguards = [
+        preemption,
+        Watchdog(s.output_dir, dist, s.worker_timeout_seconds, checkpointer.latest),
+        *task.safeguards(s, plan, step, log, out),
+        log,
+    ]
+    metrics = loop.train(
         step,
-        batches,
+        position.counted(batches),
+        checkpointer,
         num_train_steps=plan.steps,
         save_checkpoints_steps=s.save_checkpoints_steps,
         save_checkpoints_minutes=s.save_checkpoints_minutes,
-        periodic=task.periodic(s, plan, step, training.log, out),
-        rollback=rollback,
+        safeguards=safeguards,
     )
-    return metrics, training.log
+    return metrics, log
 
 
 @contextlib.contextmanager
@@ -441,161 +420,6 @@ def worker(use_horovod: bool, deterministic: bool, stream):
         return
     with open(os.devnull, "w") as sink:
         yield dist, sink
-
-
-@dataclasses.dataclass(frozen=True)
-class Update:
-    """One update as a job's settings define it: `batch_size` sequences per worker per
-    micro-batch, `accumulation_steps` micro-batches, `workers` workers; `learning_rate` per worker
-    (NVIDIA's launchers' convention) and the optimizer by name. The worker count multiplies the
-    batch and the learning rate here and nowhere else.
-
-    A run that continues a checkpoint written by another worker count keeps that run's global
-    batch and peak rate (`continuing`): accumulation is re-derived, and `learning_rate_workers`
-    says which worker count the rate was scaled for."""
-
-    batch_size: int
-    accumulation_steps: int
-    learning_rate: float
-    workers: int
-    optimizer_type: str
-    decay_power: float | None = None  # None: the optimizer's (optimization.DECAY_POWER)
-    learning_rate_workers: int | None = None  # None: workers
-    decay_from_warmup: bool = False  # decay counted from the end of warmup, not step 0 (Google's)
-    epsilon: float | None = None  # None: the optimizer's (1e-6, Google's and NVIDIA's)
-
-    @property
-    def scaled_for_workers(self) -> int:
-        return self.workers if self.learning_rate_workers is None else self.learning_rate_workers
-
-    @property
-    def global_batch_size(self) -> int:
-        """Sequences one applied update sees, across micro-batches and workers."""
-        return self.batch_size * self.accumulation_steps * self.workers
-
-    @property
-    def peak_learning_rate(self) -> float:
-        from optimization import scaled_learning_rate
-
-        return scaled_learning_rate(self.learning_rate, self.scaled_for_workers)
-
-    @property
-    def power(self) -> float:
-        from optimization import DECAY_POWER
-
-        return DECAY_POWER[self.optimizer_type] if self.decay_power is None else self.decay_power
-
-    def describe(self) -> dict:
-        """The resolved settings that follow from the update."""
-        return {
-            "workers": self.workers,
-            "num_accumulation_steps": self.accumulation_steps,
-            "global_batch_size": self.global_batch_size,
-            "effective_learning_rate": self.peak_learning_rate,
-        }
-
-    def continuing(self, state) -> "Update":
-        """This update made to continue the run of checkpoint `state` (a
-        training.checkpointing.RunState): that run's global batch, with as many micro-batches as
-        this run's workers and batch size need, and its learning-rate scaling. A UserError names
-        the numbers when whole micro-batches cannot make the global batch."""
-        if state.global_batch_size is None:
-            return self
-        total, per_micro_batch = state.global_batch_size, self.batch_size * self.workers
-        if total % per_micro_batch:
-            hint = (
-                f"use a --train_batch_size that divides {total // self.workers}"
-                if total % self.workers == 0
-                else f"use a worker count that divides {total} (such as its {state.workers})"
-            )
-            raise UserError(
-                f"{state.prefix} was trained with a global batch of {total} sequences on "
-                f"{state.workers} worker(s); {self.workers} worker(s) x --train_batch_size="
-                f"{self.batch_size} cannot make it with whole micro-batches: {hint}."
-            )
-        scaled_for = state.learning_rate_workers or state.workers
-        return dataclasses.replace(
-            self,
-            accumulation_steps=total // per_micro_batch,
-            learning_rate_workers=None if scaled_for == self.workers else scaled_for,
-        )
-
-    def learning_rate_schedule(self, warmup_steps: int, train_steps: int):
-        """Warmup to the peak, then polynomial decay to 0 at `train_steps`, counted from step 0
-        (Google's) or from the end of warmup (decay_from_warmup); train_steps 0 (no training: the
-        optimizer only restores or evaluates) gives the constant peak."""
-        from optimization import WarmupPolynomialDecay
-
-        if not train_steps:
-            return self.peak_learning_rate
-        return WarmupPolynomialDecay(
-            self.peak_learning_rate,
-            warmup_steps,
-            train_steps,
-            self.power,
-            decay_from_warmup=self.decay_from_warmup,
-        )
-
-    def optimizer(self, warmup_steps: int, train_steps: int):
-        """The optimizer of this update, on its learning-rate schedule."""
-        from optimization import create_optimizer
-
-        options = {} if self.epsilon is None else {"epsilon": self.epsilon}
-        return create_optimizer(
-            self.optimizer_type, self.learning_rate_schedule(warmup_steps, train_steps), **options
-        )
-
-    def build(
-        self,
-        model,
-        objective,
-        *,
-        warmup_steps: int,
-        train_steps: int,
-        distributed,
-        jit_compile: bool,
-        bin_lengths: tuple[int, ...] = (),
-        row_counts: tuple[int, ...] = (),
-        trace_ahead: bool = False,
-    ):
-        """The TrainStep (training/train_step.py) of `model` and `objective` with this update's
-        optimizer and schedule; `bin_lengths`, `row_counts` and `trace_ahead` as TrainStep takes
-        them."""
-        from training.train_step import TrainStep
-
-        return TrainStep(
-            model,
-            self.optimizer(warmup_steps, train_steps),
-            objective,
-            accumulation_steps=self.accumulation_steps,
-            distributed=distributed,
-            jit_compile=jit_compile,
-            bin_lengths=bin_lengths,
-            row_counts=row_counts,
-            trace_ahead=trace_ahead,
-        )
-
-
-def continue_update(update: Update, resume_from: str | None, stream) -> tuple[Update, int]:
-    """(the update, the sequences of the data order consumed) of a run that continues checkpoint
-    `resume_from` (Update.continuing; a sentence on `stream` when it differs from the flags'), or
-    (update, 0) for a new run."""
-    if not resume_from:
-        return update, 0
-    from training.checkpointing import read_run_state
-
-    state = read_run_state(resume_from)
-    continued = update.continuing(state)
-    if continued != update:
-        print(
-            f"{resume_from} was written by {state.workers} worker(s) with a global batch of "
-            f"{continued.global_batch_size}: {continued.workers} worker(s) x {continued.batch_size} "
-            f"sequences x {continued.accumulation_steps} micro-batch(es) per update keep it, and the "
-            f"peak learning rate stays {continued.peak_learning_rate:g} (--learning_rate x "
-            f"{continued.scaled_for_workers}).",
-            file=stream,
-        )
-    return continued, state.sequences
 
 
 def build_model(build, *, seed: int, precision: str, rank: int):
@@ -619,98 +443,6 @@ def report(title: str, resolved: dict, stream, path: str | None) -> None:
     stream.flush()
     if path:
         write_json(path, resolved)
-
-
-@dataclasses.dataclass
-class Training:
-    """What drives a training run once its step is built (see resume_training)."""
-
-    checkpointer: object  # training.checkpointing.Checkpointer
-    position: object  # training.data_order.Position
-    start: int  # the step it continues from
-    log: object  # training.metrics_log.MetricsLog
-    stop: object  # training.preemption.StopRequests
-    watchdog: object  # training.watchdog.Watchdog
-
-    def run(
-        self,
-        step,
-        micro_batches,
-        *,
-        num_train_steps: int,
-        save_checkpoints_steps: int,
-        save_checkpoints_minutes: float | None = None,
-        periodic=None,
-        rollback=None,
-    ):
-        """loop.train over this worker's `micro_batches` (from the position's start) with the
-        preemption notices and the watchdog in force, and `rollback` (a
-        training.rollback.Rollback, or None) for a divergence; the last metrics."""
-        from training import loop
-
-        with self.stop, self.watchdog:
-            return loop.train(
-                step,
-                self.position.counted(micro_batches),
-                self.checkpointer,
-                self.log,
-                num_train_steps=num_train_steps,
-                save_checkpoints_steps=save_checkpoints_steps,
-                save_checkpoints_minutes=save_checkpoints_minutes,
-                periodic=periodic,
-                stop=self.stop,
-                watchdog=self.watchdog,
-                rollback=rollback,
-            )
-
-
-def resume_training(
-    step,
-    position,
-    update: Update,
-    *,
-    output_dir: str,
-    train_steps: int,
-    keep: int,
-    log_every: int,
-    worker_timeout_s: float,
-    stream,
-    tracker=None,
-    launcher=None,
-) -> Training:
-    """The Training of a run: leftovers of an interrupted save removed, the latest checkpoint of
-    output_dir restored (weights, optimizer; `position`, a training.data_order.Position, started
-    where it says), the log counting from there,
-    the preemption notices to watch (a STOP file an earlier run left is cleared first; the
-    worker's launcher gone is one too) and the watchdog against lost workers. tracker: the log's
-    training.tracking.MlflowTracker (or None); launcher: the run's
-    training.launcher_watch.LauncherWatch, whose report is a notice (or None)."""
-    from training import loop
-    from training.checkpointing import Checkpointer
-    from training.metrics_log import MetricsLog
-    from training.preemption import StopRequests
-    from training.watchdog import Watchdog
-
-    checkpointer = Checkpointer(
-        output_dir, step, position, update=update, keep=keep, distributed=step.distributed
-    )
-    checkpointer.remove_leftovers()
-    stop = StopRequests(output_dir, step.distributed, launcher)
-    if step.distributed.is_chief:
-        stop.clear_stale_file()  # before loop.resume, the workers' first agreement
-    start = loop.resume(checkpointer, step)
-    log = MetricsLog(
-        output_dir,
-        total_steps=train_steps,
-        start_step=start,
-        sequences_per_update=update.global_batch_size,
-        log_every=log_every,
-        enabled=step.distributed.is_chief,
-        stream=stream,
-        tracker=tracker,
-    )
-    watchdog = Watchdog(output_dir, step.distributed, worker_timeout_s, checkpointer.latest)
-    return Training(checkpointer, position, start, log, stop, watchdog)
 
 
 def weights_step(step, trained: bool, source: str | None) -> int:

@@ -21,6 +21,7 @@ import sys
 
 from common.files import atomic_write
 from common.progress import Progress
+from training.safeguard import Safeguard
 
 LOG_NAME = "log.jsonl"
 TENSORBOARD_DIR = "tensorboard"
@@ -77,8 +78,10 @@ def _json_number(value):
     return value
 
 
-class MetricsLog:
-    """Collects per-update metrics; writes and prints every `log_every` steps (and the last).
+class MetricsLog(Safeguard):
+    """Collects per-update metrics; writes and prints every `log_every` steps (and the last). As
+    the loop's safeguard it records each applied update (the loop reads the device at its log
+    steps) and the programs compiled before it, and closes at the run's end.
 
     sequences_per_update: the global batch (batch x accumulation x workers).
     enabled: False on every rank but 0 (then nothing is written or printed).
@@ -101,7 +104,7 @@ class MetricsLog:
         self.output_dir = output_dir
         self.total_steps = total_steps
         self.sequences_per_update = sequences_per_update
-        self.log_every = max(1, log_every)
+        self.log_every = self.every = max(1, log_every)
         self.enabled = enabled
         self.tracker = tracker if enabled else None
         self.stream = stream if stream is not None else sys.stdout
@@ -153,6 +156,14 @@ class MetricsLog:
 
             self._writer = tf.summary.create_file_writer(os.path.join(self.output_dir, TENSORBOARD_DIR))
         return self._writer
+
+    def after_update(self, run, metrics: dict, seconds: float) -> None:
+        self.record_compiled(run.step.compiled, run.step.traced_ahead)
+        self.record(run.current, metrics, seconds)
+
+    def end(self, run) -> None:
+        self.record_compiled(run.step.compiled, run.step.traced_ahead)
+        self.close()
 
     def record(self, step: int, metrics: dict, seconds: float) -> dict | None:
         """One applied update that took `seconds` (metrics as TrainStep.read gives them, with the

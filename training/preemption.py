@@ -11,7 +11,8 @@ How a notice arrives:
 - the worker's launcher gone (training/launcher_watch.py: horovodrun or mpirun killed with
   SIGKILL leave their workers running, unsupervised): the same stop, its sentence saying so.
 
-Agreement: the loop asks `stop_now()` before each update; with several workers the local notices
+Agreement: the loop asks `stop_now()` before each update (StopRequests is the loop's safeguard
+for it); with several workers the local notices
 are summed across workers (a one-number allreduce on the host), so all of them see a notice that
 reached any one at the same update boundary, and none queues an update the others will not.
 """
@@ -21,6 +22,9 @@ from __future__ import annotations
 import os
 import signal
 import time
+
+from common.errors import Preempted
+from training.safeguard import Safeguard
 
 STOP_FILE_NAME = "STOP"
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
@@ -62,8 +66,9 @@ def _process_start_time() -> float:
 _IMPORTED = time.time()
 
 
-class StopRequests:
-    """A worker's preemption notices, and the agreement on them across workers.
+class StopRequests(Safeguard):
+    """A worker's preemption notices, and the agreement on them across workers; as the loop's
+    safeguard, the stop at the update every worker agreed on, with a checkpoint of the step reached.
 
     output_dir: where the STOP file is looked for (every worker sees the same directory).
     distributed: training.distributed.Distributed (None: one worker).
@@ -76,9 +81,12 @@ class StopRequests:
         self.launcher = launcher
         self.received = None  # the first stop signal's name, once one arrived
         self._previous = {}
+        self._entered_by_loop = False
 
     def __enter__(self):
         """Installs the signal handlers (main thread only, as Python requires)."""
+        if self._previous:
+            return self  # already in force (its owner entered it before the loop started)
         for number in STOP_SIGNALS:
             self._previous[number] = signal.signal(number, self._on_signal)
         return self
@@ -127,3 +135,28 @@ class StopRequests:
     def reason(self) -> str:
         """What this worker saw, for the message (another worker's notice when it saw none)."""
         return self.local() or "another worker's notice"
+
+    def start(self, run) -> None:
+        self._entered_by_loop = not self._previous
+        self.__enter__()
+
+    def before_update(self, run, step: int) -> bool:
+        return self.stop_now()
+
+    def stopping(self, run) -> Preempted:
+        """Saves the step reached (unless the latest checkpoint already holds it) and says so."""
+        checkpointer, current = run.checkpointer, run.current
+        latest = checkpointer.latest()
+        if current > run.start and not (latest and latest.endswith(f"ckpt-{current}")):
+            checkpointer.save(current)
+            latest = checkpointer.latest()
+        where = f"{latest} holds step {current}" if latest else "no checkpoint was written (no update yet)"
+        gone = self.launcher_gone()
+        why = f"because {gone}," if gone else f"for a preemption notice ({self.reason()})"
+        return Preempted(
+            f"Stopped {why} at step {current}: {where}; re-running the same command continues from there."
+        )
+
+    def end(self, run) -> None:
+        if self._entered_by_loop:
+            self.__exit__(None, None, None)

@@ -321,8 +321,24 @@ class PretrainingTask(Task):
         data = plan.data.train if start == plan.start_sequence else plan.data.train_from(start=start)
         return naming_corrupt_files(iter(data), plan.data.train_files)
 
-    def rollback(self, s: PretrainingSettings) -> tuple[int, int] | None:
-        return (s.rollback_skip_updates, s.max_rollbacks) if s.on_divergence == "rollback" else None
+    def safeguards(self, s: PretrainingSettings, plan: job.Plan, step, log, out) -> list:
+        """--on_divergence=rollback: training.rollback.Rollback."""
+        if s.on_divergence != "rollback":
+            return []
+        from training.rollback import Rollback
+
+        dist = step.distributed
+        return [
+            Rollback(
+                s.output_dir,
+                lambda start: self.training_batches(s, plan, dist, start),
+                global_batch=plan.update.global_batch_size,
+                skip_updates=s.rollback_skip_updates,
+                max_rollbacks=s.max_rollbacks,
+                distributed=dist,
+                log=log,
+            )
+        ]
 
     def resumed(self, plan: job.Plan, start: int, out) -> None:
         if start >= plan.steps:
@@ -330,11 +346,9 @@ class PretrainingTask(Task):
                 f"{plan.resume_from} is already at step {start} of {plan.steps}; nothing to train.", file=out
             )
 
-    def result_fields(self) -> dict:
-        return {"eval": None}
-
     def finish(self, s: PretrainingSettings, plan: job.Plan, step, result: dict, log, out) -> None:
         """Rank 0 alone (the other workers are done): --eval_files' metrics, eval_results.json."""
+        result["eval"] = None
         if plan.data.eval is None:
             return
         from training import loop

@@ -17,7 +17,7 @@ checkpoint c at position q takes its input from where the newest record for (c, 
 worker count; the next checkpoint holds the position past the window, and needs no record.
 
 After `max_rollbacks` rollbacks recorded in the output directory, the next divergence stops the
-run with one sentence (loop.TrainingDivergedError, exit status 2). Each rollback is a printed
+run with one sentence (training.safeguard.TrainingDivergedError, exit status 2). Each rollback is a printed
 sentence, a {"step": c, "rollback": {...}} line of log.jsonl (the undone updates' lines removed, as
 a resumed run removes them) and TensorBoard scalars rollback/... at the diverged step.
 """
@@ -29,6 +29,7 @@ import os
 
 from common.errors import UserError
 from common.files import write_json
+from training.safeguard import Safeguard
 
 ROLLBACKS_NAME = "rollbacks.json"
 POLICIES = ("stop", "rollback")  # --on_divergence
@@ -62,14 +63,32 @@ def resume_position(output_dir: str, step: int, sequences: int) -> tuple[int, di
     return sequences, None
 
 
-class Rollback:
-    """What loop.train calls when an update diverged under --on_divergence=rollback.
+def past_rollbacks(output_dir: str, resume_from: str | None, sequences: int, stream) -> int:
+    """Where the input continues from checkpoint `resume_from` at data position `sequences`: past
+    the window a divergence rollback to it skipped (training/rollback.py; a sentence on `stream`),
+    else `sequences`."""
+    if not resume_from:
+        return sequences
+    from training.checkpointing import checkpoint_step
+
+    start, record = resume_position(output_dir, checkpoint_step(resume_from), sequences)
+    if record is not None:
+        print(
+            f"{resume_from} is where a divergence at step {record['diverged_step']} was rolled back "
+            f"to ({ROLLBACKS_NAME}): the input continues at sequence {start}, past the skipped window.",
+            file=stream,
+        )
+    return start
+
+
+class Rollback(Safeguard):
+    """The loop's safeguard for --on_divergence=rollback.
 
     batches_from: start -> this worker's micro-batches of the data order from sequence `start`
     (the task's training_batches). global_batch: sequences per update (B x k x W).
     skip_updates: updates skipped past the diverged one. max_rollbacks: rollbacks the output
-    directory may record; one more divergence stops the run. stream: where the sentence goes
-    (the log prints it on rank 0)."""
+    directory may record; one more divergence stops the run. log: the run's
+    training.metrics_log.MetricsLog, which records and prints each rollback on rank 0."""
 
     def __init__(
         self,
@@ -80,6 +99,7 @@ class Rollback:
         skip_updates: int,
         max_rollbacks: int,
         distributed,
+        log,
     ):
         self.output_dir = output_dir
         self.batches_from = batches_from
@@ -87,6 +107,7 @@ class Rollback:
         self.skip_updates = skip_updates
         self.max_rollbacks = max_rollbacks
         self.distributed = distributed
+        self.log = log
         # Read by every worker before training, so each decides alike without another collective.
         self.done = len(read_rollbacks(output_dir))
 
@@ -101,16 +122,21 @@ class Rollback:
             )
         return None
 
-    def __call__(self, checkpointer, step, log, *, diverged_step: int, why: str, loss, window_end: int):
-        """Rolls the run back to checkpointer.latest() (refusal() said it may); returns (this
-        worker's micro-batches after the skipped window, counted by the checkpointer's new
-        position; the step restored). window_end: the data position after the diverged update."""
+    def diverged(self, run, divergence) -> bool:
+        """Rolls the run back to its checkpointer's latest checkpoint, its input past the window
+        (divergence.window_end: the data position after the diverged update); raises the
+        divergence's error when refusal() says it may not."""
         from training.checkpointing import read_run_state
 
+        checkpointer = run.checkpointer
         latest = checkpointer.latest()
+        refusal = self.refusal(latest)
+        if refusal is not None:
+            raise divergence.error(checkpointer, refusal)
         state = read_run_state(latest)
         window_start, _ = resume_position(self.output_dir, state.step, state.sequences)
-        resume = window_end + self.skip_updates * self.global_batch
+        resume = divergence.window_end + self.skip_updates * self.global_batch
+        why, diverged_step, loss = divergence.why, divergence.step, divergence.loss
         record = {
             "checkpoint": os.path.basename(latest),
             "step": state.step,
@@ -128,9 +154,9 @@ class Rollback:
             )
         checkpointer.position = checkpointer.position.skipped_to(resume, restored=state.sequences)
         restored = checkpointer.restore(latest)
-        step.broadcast()
+        run.step.broadcast()
         self.done += 1
-        log.record_rollback(
+        self.log.record_rollback(
             record,
             f"Rolled back: {why[:1].lower()}{why[1:]} at step {diverged_step} (loss {loss}); restored "
             f"{latest} ({record['updates_undone']} update(s) undone) and skipped sequences "
@@ -138,4 +164,5 @@ class Rollback:
             f"--rollback_skip_updates={self.skip_updates} more); rollback {self.done} of at most "
             f"{self.max_rollbacks}, recorded in {os.path.join(self.output_dir, ROLLBACKS_NAME)}.",
         )
-        return checkpointer.position.counted(self.batches_from(resume)), restored
+        run.restart(checkpointer.position.counted(self.batches_from(resume)), restored)
+        return True

@@ -3,8 +3,9 @@
 `job.run(settings, task)` owns every step that is the same for each task: the settings checks
 every job shares, the output directory, the checkpoint to continue, the update and its data
 position, the resolved report, the model's dtype and seeds, the TrainStep, training with
-checkpoints, preemption and the watchdog. A task supplies what differs, by overriding these
-hooks; each has a default, so a task writes only what it has:
+checkpoints and the safeguards every run has (the log, preemption, the watchdog, the save clock).
+A task supplies what differs, by overriding these hooks; each has a default, so a task writes only
+what it has:
 
     class MyTask(Task):
         title = "my task"                                   # "Resolved my task settings:"
@@ -18,22 +19,21 @@ hooks; each has a default, so a task writes only what it has:
         @abc.abstractmethod
     def training_batches(self, s, plan, dist, start): ...  # this worker's micro-batches, from
                                                             # sequence `start` of the data order
-    and, where the defaults do not fit: validate_settings, update, initialise, resumed, periodic,
-    rollback, loaded, result_fields, finish.
+    and, where the defaults do not fit: validate_settings, inputs, row_counts, update, initialise,
+    resumed, safeguards, loaded, finish.
 
 In the order job.run calls them:
 
     validate_settings(s)                        cheap checks, before TensorFlow builds anything
     inputs(s); model_files(s, resume_from)      the pre-flight: what every worker must see
     model_files(s, resume_from)                 the config and vocab (checked to fit each other)
-    update(s, workers)                          the update the flags ask for (job.Update)
+    update(s, workers)                          the update the flags ask for (training.update.Update)
     prepare(s, plan, dist, out)                 data, steps and warmup, the task's resolved keys
     build_model(config, dtype); initialise(model, s, plan, out)
     training: training_batches(s, plan, dist, plan.start_sequence), resumed(plan, start, out),
-              periodic(s, plan, step, log, out), rollback(s) (training_batches again from
-              another start after a rollback)
+              safeguards(s, plan, step, log, out) (the task's own, training/safeguard.py)
     or without --do_train and with a checkpoint: loaded(plan, out)
-    finish(s, plan, step, result, log, out)     evaluate, predict, export; result_fields() first
+    finish(s, plan, step, result, log, out)     evaluate, predict, export: the task's results
 
 tests/test_task.py drives job.run end to end with a toy task that pins this contract.
 """
@@ -89,9 +89,9 @@ class Task(abc.ABC):
         latest checkpoint, for tasks whose model files may lie beside it."""
 
     def update(self, s, workers: int):
-        """The update `s` asks for on `workers` workers (job.Update with the optimizer's own
+        """The update `s` asks for on `workers` workers (training.update.Update with the optimizer's own
         schedule); a task with another schedule overrides it."""
-        from training.job import Update
+        from training.update import Update
 
         return Update(
             s.train_batch_size, s.num_accumulation_steps, s.learning_rate, workers, s.optimizer_type
@@ -117,21 +117,15 @@ class Task(abc.ABC):
     def resumed(self, plan, start: int, out) -> None:
         """Called once training knows the step it continues from."""
 
-    def periodic(self, s, plan, step, log, out):
-        """loop.train's `periodic` ((every, call) or None): work between updates."""
-        return None
-
-    def rollback(self, s) -> tuple[int, int] | None:
-        """(updates skipped past a diverged one, rollbacks allowed) when a divergence rolls the run
-        back to its newest checkpoint (training/rollback.py); None (the default): it stops the run."""
-        return None
+    def safeguards(self, s, plan, step, log, out) -> list:
+        """The task's own training.safeguard.Safeguard objects for training (a divergence rollback,
+        an evaluation during training), after the job's; none by default. `log`: the run's
+        training.metrics_log.MetricsLog."""
+        return []
 
     def loaded(self, plan, out) -> None:
         """Called without --do_train once the output directory's weights are loaded."""
 
-    def result_fields(self) -> dict:
-        """The task's own keys of job.run's result, with their values before `finish`."""
-        return {}
-
     def finish(self, s, plan, step, result: dict, log, out) -> None:
-        """After training (every worker): evaluation, predictions, exports into `result`."""
+        """After training (every worker): evaluation, predictions, exports: the task's own keys
+        of job.run's result, set on every worker."""

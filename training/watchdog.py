@@ -23,6 +23,7 @@ import time
 
 from common.errors import UserError
 from common.heartbeat import Heartbeat
+from training.safeguard import Safeguard
 
 LOST_WORKER_EXIT_STATUS = 2  # as for the UserError it is (common/cli.py)
 HEARTBEAT_DIR = "heartbeat"
@@ -58,8 +59,10 @@ def is_horovod_shutdown(error: BaseException) -> bool:
     )
 
 
-class Watchdog:
-    """Ends this worker when the workers stop meeting; see the module docstring.
+class Watchdog(Safeguard):
+    """Ends this worker when the workers stop meeting; see the module docstring. As the loop's
+    safeguard it beats before each update (after the preemption agreement) and turns Horovod's
+    shutdown into the WorkersLost sentence.
 
     timeout_s: how long without a beat before giving up (above the longest update and checkpoint
     save); latest_checkpoint: a callable naming the checkpoint a re-run continues from."""
@@ -94,6 +97,21 @@ class Watchdog:
         if self.size > 1:
             self.heartbeat.__exit__(*exc)
         return False
+
+    def start(self, run) -> None:
+        self.__enter__()
+
+    def before_update(self, run, step: int) -> bool:
+        self.beat(step)  # every worker got here: they just agreed on the preemption flag
+        return False
+
+    def error(self, run, error: Exception) -> Exception | None:
+        if is_horovod_shutdown(error):
+            return self.lost("Horovod shut down: a worker exited or its connection broke")
+        return None
+
+    def end(self, run) -> None:
+        self.__exit__(None, None, None)
 
     def beat(self, step: int) -> None:
         """Every worker reached `step` (call after a point all of them pass together)."""
