@@ -137,10 +137,10 @@ def _worker(workdir):
         )
     # Checkpoints by the clock, the clocks disagreeing: worker 0's finds every read an hour after
     # the last checkpoint, worker 1's never a second later. Worker 0's answer is both workers'.
-    from training import loop
+    from training.save_clock import SaveClock
 
     hours = iter(range(1000))
-    loop._SaveClock.now = staticmethod((lambda: 3600.0 * next(hours)) if dist.rank == 0 else (lambda: 0.0))
+    SaveClock.now = staticmethod((lambda: 3600.0 * next(hours)) if dist.rank == 0 else (lambda: 0.0))
     clocked = dataclasses.replace(
         settings,
         output_dir=os.path.join(workdir, "clock"),

@@ -24,6 +24,7 @@ from training.checkpointing import (
 from training.data_order import Position
 from training.metrics_log import MetricsLog, read_log
 from training.safeguard import Safeguard
+from training.save_clock import SaveClock
 from training.train_step import PretrainingStep
 from training.update import Update
 
@@ -144,28 +145,19 @@ def test_save_checkpoints_minutes_saves_at_the_first_read_once_the_minutes_passe
     # A clock that reads one minute per applied update; 3 minutes between checkpoints, logging
     # (and so reading the device) every 2 updates, the step cadence out of reach.
     step = _step(tiny_config)
-    monkeypatch.setattr(loop._SaveClock, "now", staticmethod(lambda: 60.0 * int(step.optimizer.iterations)))
+    monkeypatch.setattr(SaveClock, "now", staticmethod(lambda: 60.0 * int(step.optimizer.iterations)))
     loop.train(
         step,
         iter(_batches(tiny_config, 10)),
         Checkpointer(str(tmp_path), step, keep=5),
         num_train_steps=10,
         save_checkpoints_steps=100,
-        save_checkpoints_minutes=3,
-        safeguards=[_log(tmp_path, 10, every=2)],
+        safeguards=[SaveClock(3), _log(tmp_path, 10, every=2)],
     )
     # 4 minutes at step 4 (the first read at or past 3), 4 more at step 8, and the last step.
     assert sorted(int(p.name[5:-6]) for p in tmp_path.glob("ckpt-*.index")) == [4, 8, 10]
     with pytest.raises(ValueError, match="save_checkpoints_minutes must be > 0"):
-        loop.train(
-            step,
-            iter([]),
-            Checkpointer(str(tmp_path), step),
-            num_train_steps=10,
-            save_checkpoints_steps=1,
-            save_checkpoints_minutes=0,
-            safeguards=[_log(tmp_path, 10)],
-        )
+        SaveClock(0)
 
 
 class _Periodic(Safeguard):

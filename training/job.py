@@ -362,6 +362,7 @@ def _train(s: JobSettings, task, plan: Plan, step, out, tracker=None, launcher=N
     from training.data_order import Position
     from training.metrics_log import MetricsLog
     from training.preemption import StopRequests
+    from training.save_clock import SaveClock
     from training.watchdog import Watchdog
 
     dist = step.distributed
@@ -390,6 +391,7 @@ def _train(s: JobSettings, task, plan: Plan, step, out, tracker=None, launcher=N
         preemption,
         Watchdog(s.output_dir, dist, s.worker_timeout_seconds, checkpointer.latest),
         *task.safeguards(s, plan, step, log, out),
+        *([SaveClock(s.save_checkpoints_minutes, dist)] if s.save_checkpoints_minutes else []),
         log,
     ]
     metrics = loop.train(
@@ -398,7 +400,6 @@ def _train(s: JobSettings, task, plan: Plan, step, out, tracker=None, launcher=N
         checkpointer,
         num_train_steps=plan.steps,
         save_checkpoints_steps=s.save_checkpoints_steps,
-        save_checkpoints_minutes=s.save_checkpoints_minutes,
         safeguards=safeguards,
     )
     return metrics, log

@@ -25,7 +25,7 @@ import time
 
 from common.errors import UserError
 from common.files import write_json
-from training.safeguard import Divergence, Run, Safeguard, TrainingDivergedError  # noqa: F401 (loop's error)
+from training.safeguard import Divergence, Run, TrainingDivergedError  # noqa: F401 (loop's error)
 
 EVAL_RESULTS_NAME = "eval_results.json"
 
@@ -72,34 +72,6 @@ def _next_read(current: int, first: bool, every: tuple[int, ...], last: int) -> 
     return min([last, *((current // n + 1) * n for n in every)])
 
 
-class _SaveClock(Safeguard):
-    """Whether a checkpoint is due by the clock: `minutes` passed since the last checkpoint, or
-    since the loop started, on worker 0's clock (its answer broadcast, so every worker saves at
-    the same update). Every worker asks at the same update boundaries."""
-
-    now = staticmethod(time.monotonic)  # seconds
-
-    def __init__(self, minutes: float, distributed):
-        if not minutes > 0:
-            raise ValueError(f"save_checkpoints_minutes must be > 0 (got {minutes}).")
-        self.seconds = minutes * 60.0
-        self.distributed = distributed
-        self.since = self.now()
-
-    def start(self, run) -> None:
-        self.since = self.now()
-
-    def save_due(self, run) -> bool:
-        mine = self.now() - self.since >= self.seconds
-        if self.distributed is None or self.distributed.size == 1:
-            return mine
-        return bool(int(self.distributed.broadcast_value(int(mine))))
-
-    def after_boundary(self, run, saved: bool) -> None:
-        if saved:
-            self.since = self.now()
-
-
 def train(
     step,
     micro_batches,
@@ -107,7 +79,6 @@ def train(
     *,
     num_train_steps: int,
     save_checkpoints_steps: int,
-    save_checkpoints_minutes: float | None = None,
     safeguards=(),
 ) -> dict | None:
     """Runs updates from optimizer.iterations to `num_train_steps`; returns the last metrics
@@ -128,8 +99,6 @@ def train(
     """
     if save_checkpoints_steps < 1:
         raise ValueError(f"save_checkpoints_steps must be >= 1 (got {save_checkpoints_steps}).")
-    if save_checkpoints_minutes is not None:
-        safeguards = [*safeguards, _SaveClock(save_checkpoints_minutes, checkpointer.distributed)]
     run = Run(step, checkpointer, micro_batches, num_train_steps, save_checkpoints_steps)
     started = []
     try:
