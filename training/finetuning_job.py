@@ -165,7 +165,9 @@ def _predict_and_export(
     tokenizer = plan.data.tokenizer
     for split in task.prediction_splits(do_eval=s.do_eval, do_predict=s.do_predict):
         arrays, context = task.predict_features(split, tokenizer, s.max_seq_length, stream=out)
-        outputs = predict(step, arrays, s.predict_batch_size, f"predict {split}", out, **_by_length(s, task))
+        outputs = predict(
+            step, arrays, s.predict_batch_size, f"predict {split}", out, **_by_length(plan, task)
+        )
         metrics = task.write_predictions(split, outputs, context, s.output_dir)
         if metrics is not None:
             metrics = {**metrics, "global_step": global_step}
@@ -189,10 +191,10 @@ def _predict_and_export(
             print(f"Wrote the Triton model {where} (config.pbtxt, 1/model.savedmodel).", file=out)
 
 
-def _by_length(s: FineTuningSettings, task) -> dict:
+def _by_length(plan: job.Plan, task) -> dict:
     """predict's keywords for the task's outputs under --bin_size."""
     sequence_outputs = tuple(name for name, dims in task.serving_outputs.items() if dims == [-1])
-    return {"bin_size": job.bin_size_of(s), "sequence_outputs": sequence_outputs}
+    return {"bin_size": plan.bin_size, "sequence_outputs": sequence_outputs}
 
 
 class FineTuningTask(Task):
@@ -298,7 +300,7 @@ class FineTuningTask(Task):
                 seed=s.seed,
                 start=start,
                 accumulation=plan.update.accumulation_steps,
-                bin_size=job.bin_size_of(s),
+                bin_size=plan.bin_size,
                 group_by_length=s.group_by_length,
             )
         )
@@ -328,7 +330,7 @@ class FineTuningTask(Task):
                 features,
                 s.predict_batch_size,
                 log,
-                _by_length(s, self),
+                _by_length(plan, self),
             )
         ]
 

@@ -146,6 +146,8 @@ class Plan:
     start_sequence: int  # of the data order, where training continues
     resume_from: str | None  # the output directory's latest checkpoint
     restored_sequence: int = 0  # resume_from's data position (start_sequence unless a rollback skipped)
+    bin_size: int = 0  # --bin_size as the job runs it (training.length_bins.resolved_bin_size)
+    trace_ahead: bool = False  # --trace_ahead as the job runs it (trace_ahead_of)
     steps: int = 0  # updates to train for (0 without --do_train)
     warmup: int = 0
     data: object = None  # the task's (training.task.Prepared.data)
@@ -284,6 +286,8 @@ def plan(s: JobSettings, task, dist, out) -> Plan:
         start_sequence=start,
         resume_from=resume_from,
         restored_sequence=restored,
+        bin_size=bin_size_of(s),
+        trace_ahead=trace_ahead_of(s),
     )
     prepared = task.prepare(s, p, dist, out)
     p.data, p.steps, p.warmup = prepared.data, prepared.steps, prepared.warmup
@@ -291,8 +295,8 @@ def plan(s: JobSettings, task, dist, out) -> Plan:
         **dataclasses.asdict(s),
         "vocab_file": vocab_file,
         **update.describe(),
-        "bin_size": bin_size_of(s),
-        "trace_ahead": trace_ahead_of(s),
+        "bin_size": p.bin_size,
+        "trace_ahead": p.trace_ahead,
         "resume_from": resume_from,
         "start_sequence": start,
         **prepared.resolved,
@@ -333,9 +337,9 @@ def _build_step(s: JobSettings, task, plan: Plan, dist, out):
         distributed=dist,
         jit_compile=s.use_xla,
         # Packed micro-batches differ in row count too: a program per (bin length, row count).
-        bin_lengths=bin_lengths(bin_size_of(s), s.max_seq_length),
+        bin_lengths=bin_lengths(plan.bin_size, s.max_seq_length),
         row_counts=task.row_counts(s),
-        trace_ahead=trace_ahead_of(s),
+        trace_ahead=plan.trace_ahead,
     )
 
 

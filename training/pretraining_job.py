@@ -224,6 +224,7 @@ class PretrainingTask(Task):
             expand_globs(s.eval_files, "evaluation files", source="--eval_files") if s.do_eval else []
         )
         shapes = (s.max_seq_length, s.max_predictions_per_seq)
+        masked_lm_prob = masked_lm_prob_of(s)
         train_data = train_from = eval_data = layout = None
         if s.do_train:
             layout = check_files(train_files, *shapes)
@@ -246,8 +247,8 @@ class PretrainingTask(Task):
                 window=s.shuffle_buffer,
                 count=count,
                 accumulation=plan.update.accumulation_steps,
-                bin_size=job.bin_size_of(s),
-                masked_lm_prob=masked_lm_prob_of(s),
+                bin_size=plan.bin_size,
+                masked_lm_prob=masked_lm_prob,
                 layout=layout,
                 packing=s.packing,
             )
@@ -260,9 +261,9 @@ class PretrainingTask(Task):
                 eval_files,
                 s.eval_batch_size,
                 *shapes,
-                bin_size=job.bin_size_of(s),
+                bin_size=plan.bin_size,
                 max_batches=s.max_eval_steps,
-                masked_lm_prob=masked_lm_prob_of(s),
+                masked_lm_prob=masked_lm_prob,
                 seed=s.seed,
                 layout=eval_layout,
             )
@@ -276,7 +277,7 @@ class PretrainingTask(Task):
         }
         if layout is not None:
             resolved["masking"] = layout.describe()
-            resolved["masked_lm_prob"] = masked_lm_prob_of(s) if layout.masking == schema.DYNAMIC else None
+            resolved["masked_lm_prob"] = masked_lm_prob if layout.masking == schema.DYNAMIC else None
         if plan.resume_from:
             resolved["init_checkpoint_ignored"] = bool(s.init_checkpoint)
         return Prepared(
