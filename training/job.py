@@ -5,7 +5,7 @@ output directory. A task is a training.task.Task: job.run owns every step that i
 task and calls the task's hooks for what differs (training/task.py lists them in order):
 
     result = job.run(settings, task)   # task.validate_settings, then in one worker:
-      job.preflight(settings, task, dist, out, joining)  # every worker sees what it needs
+      preflight.check_task(settings, task, dist, out, joining)  # every worker sees what it needs
       plan = job.plan(settings, task, dist, out)  # model files, output dir, update, data, report
       step = the model (task.build_model, task.initialise) and its TrainStep (task.objective)
       training from the latest checkpoint: task.training_batches, task.resumed, and loop.train
@@ -170,14 +170,14 @@ def run(s: JobSettings, task, stream=None, tracking=None) -> dict:
 def _run_watched(s: JobSettings, task, stream, tracking, launcher) -> dict:
     """run's body while `launcher` (a training.launcher_watch.LauncherWatch) is watched."""
     from training.distributed import expected_world
-    from training.preflight import Joining
+    from training.preflight import Joining, check_task
 
     stream = stream if stream is not None else sys.stdout
     world, rank = expected_world(s.use_horovod)
     # Watched from before Horovod starts: its init waits for every rank.
     joining = Joining(s.output_dir, s.worker_timeout_seconds, rank, world)
     with joining, worker(s.use_horovod, s.deterministic, stream) as (dist, out):
-        preflight(s, task, dist, out, joining)
+        check_task(s, task, dist, out, joining)
         p = plan(s, task, dist, out)
         tracker = None
         if dist.is_chief and tracking is not None:
@@ -234,32 +234,6 @@ def _modified(path: str):
     except FileNotFoundError:
         return None
     return stat.st_ino, stat.st_mtime_ns
-
-
-def preflight(s: JobSettings, task, dist, out, joining) -> None:
-    """training/preflight.py's checks on every worker before anything is built (within
-    --worker_timeout_seconds of the start, `joining` watching): the task's inputs, the output
-    directory, room for two checkpoints of the task's model, GPUs."""
-    from training import preflight as checks
-    from training.checkpointing import latest_checkpoint
-    from training.distributed import visible_gpus
-
-    def checkpoint_size() -> int | None:
-        try:
-            resume_from = latest_checkpoint(s.output_dir) if os.path.isdir(s.output_dir) else None
-            return checks.checkpoint_bytes(task.model_files(s, resume_from)[0])
-        except UserError:
-            return None  # plan names what is wrong, on every worker alike
-
-    checks.check(
-        dist,
-        joining,
-        inputs=task.inputs(s),
-        output_dir=s.output_dir,
-        checkpoint_size=checkpoint_size,
-        gpus=visible_gpus(),
-        stream=out,
-    )
 
 
 def plan(s: JobSettings, task, dist, out) -> Plan:

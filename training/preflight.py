@@ -4,7 +4,7 @@ wrong. Never a hang at start-up, never a problem found by one worker while the o
 
     joining = Joining(output_dir, timeout_s, rank, world)   # before Horovod starts (hvd.init)
     with joining, job.worker(...) as (dist, out):
-        check(dist, joining, inputs=task.inputs(s), output_dir=..., checkpoint_bytes=..., stream=out)
+        check_task(s, task, dist, out, joining)   # check(dist, joining, inputs=task.inputs(s), ...)
 
 Each worker looks for itself, then every worker gets every worker's findings (one gather of text,
 which also shows that the collective answers); rank 0 prints one line, or every worker raises the
@@ -280,3 +280,28 @@ def check(dist, joining: Joining, *, inputs, output_dir: str, checkpoint_size, g
             flush=True,
         )
     return reports
+
+
+def check_task(s, task, dist, out, joining: Joining) -> None:
+    """`check` for a training.job run of `task` with settings `s` (within
+    --worker_timeout_seconds of the start, `joining` watching): the task's inputs, the output
+    directory, room for two checkpoints of the task's model, GPUs."""
+    from training.checkpointing import latest_checkpoint
+    from training.distributed import visible_gpus
+
+    def checkpoint_size() -> int | None:
+        try:
+            resume_from = latest_checkpoint(s.output_dir) if os.path.isdir(s.output_dir) else None
+            return checkpoint_bytes(task.model_files(s, resume_from)[0])
+        except UserError:
+            return None  # the job's plan names what is wrong, on every worker alike
+
+    check(
+        dist,
+        joining,
+        inputs=task.inputs(s),
+        output_dir=s.output_dir,
+        checkpoint_size=checkpoint_size,
+        gpus=visible_gpus(),
+        stream=out,
+    )
