@@ -22,7 +22,7 @@ them in each of its full collections: five during the import, more while the ste
 After the import one collection clears whatever the import left unreachable and `gc.freeze()`
 moves the rest out of the collector's view, so later collections see only what the run makes.
 That is about 0.6 of the 2.6 CPU seconds of the import and about 1 of the 8 of a tiny pretraining
-run (docs/performance.md, "The test suite").
+run.
 """
 
 from __future__ import annotations
