@@ -11,7 +11,8 @@ cannot disagree. Before printing or submitting it checks the job: Azure ML's own
 ${{inputs.X}} / ${{outputs.Y}} / ${{search_space.Z}} of the command declared, MPI for the jobs whose
 launcher counts workers, and then the command itself through the launcher's --dry_run on this
 machine, with local folders in place of the datastore paths and mpirun's rank variables set as Azure
-ML sets them on every rank. Only the standard library, PyYAML and bash are needed (and `az` with its
+ML sets them on every rank. A job whose output is a fixed folder must hold azureml/output_lock.py's
+lock on it, and bf16 is refused on the clusters whose GPUs lack it. Only the standard library, PyYAML and bash are needed (and `az` with its
 ml extension to submit).
 """
 
@@ -31,6 +32,10 @@ JOBS_DIR = os.path.join(ROOT, "azureml", "jobs")
 PLACEHOLDER = re.compile(r"\$\{\{\s*(inputs|outputs|search_space)\.([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 WORKER_INPUTS = ("num_gpus", "num_gpu")  # the launchers' worker-count setting, as each names it
 FOLDER_TYPES = ("uri_folder", "uri_file", "custom_model", "mlflow_model")
+COMPUTE_DIR = os.path.join(ROOT, "azureml", "compute")
+# The command's first words in a job whose output is a fixed folder (azureml/output_lock.py).
+LOCK = re.compile(r"^\s*python azureml/output_lock\.py (\S+)\s+")
+NO_BF16_SIZES = ("Standard_ND40rs_v2", "Standard_NC4as_T4_v3")  # V100 and T4: fp16 or fp32 only
 
 
 class JobError(ValueError):
@@ -130,7 +135,48 @@ def problems(spec: dict) -> list:
                 f"inputs.{name}={workers} but Azure ML starts {world_size(spec)} process(es) "
                 "(instance_count x process_count_per_instance); set them together with --nodes / --gpus_per_node."
             )
+    found += _fixed_output_problems(spec, command)
+    precision = declared["inputs"].get("precision") if "${{inputs.precision}}" in command else None
+    if precision == "bf16" and compute_size(spec) in NO_BF16_SIZES:
+        found.append(
+            f"inputs.precision=bf16 but {spec['compute']} is {compute_size(spec)}, whose GPUs have no bf16: "
+            "use fp16 there, or an A100 / H100 compute (nd-h100-v5, nd-a100-v4, nc-a100-v4)."
+        )
     return found
+
+
+def _fixed_output_problems(spec: dict, command: str) -> list:
+    """A fixed datastore folder is where a re-submission continues; two jobs at once there would mix
+    two runs' checkpoints, so the command must hold azureml/output_lock.py's lock on it. A sweep's
+    trials run at once: each needs a folder of its own (no path)."""
+    found = []
+    lock = LOCK.match(command)
+    for name, entry in (spec.get("outputs") or {}).items():
+        if not (isinstance(entry, dict) and entry.get("path")):
+            continue
+        if spec.get("type") == "sweep":
+            found.append(
+                f"outputs.{name} has a fixed path, which every trial of the sweep would share: leave the path "
+                "out (Azure ML gives each trial its own folder)."
+            )
+        elif lock is None or lock.group(1) != f"${{{{outputs.{name}}}}}":
+            found.append(
+                f"outputs.{name} is a fixed folder that a second submission would share: start the command "
+                f"with `python azureml/output_lock.py ${{{{outputs.{name}}}}}` (one job at a time there)."
+            )
+    return found
+
+
+def compute_size(spec: dict) -> str:
+    """The VM size of the job's compute when azureml/compute/ defines it ("" otherwise)."""
+    name = str(spec.get("compute") or "").removeprefix("azureml:")
+    path = os.path.join(COMPUTE_DIR, f"{name}.yml")
+    if not name or not os.path.isfile(path):
+        return ""
+    import yaml
+
+    with open(path, encoding="utf-8") as f:
+        return (yaml.safe_load(f) or {}).get("size", "")
 
 
 def check(path: str, sets: dict | None = None) -> dict:
@@ -202,7 +248,7 @@ def dry_run(spec: dict, workdir: str, timeout: float = 120) -> subprocess.Comple
     """Runs the job's command as one of its ranks would, with --dry_run: the launcher validates
     every argument and prints the resolved plan. A prepare_data.py stage (data-prep-ranks) has no
     launcher of its own: its command must be one that scripts/data_download.sh --dry_run plans."""
-    command = local_command(spec, workdir)
+    command = LOCK.sub("", local_command(spec, workdir))  # the lock takes no part in a dry run
     env = rank_environment(spec)
     argv = shlex.split(command)
     if argv[:2] == ["python", "prepare_data.py"]:
