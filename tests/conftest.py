@@ -317,11 +317,49 @@ def pretraining_workspace(tmp_path, records: int = 2) -> dict:
     }
 
 
+# Two tiers: the whole suite, and `--fast` (`bash scripts/test.sh --fast`), which leaves out the tests
+# marked `process` (they start a process: a training run, a launcher, horovodrun, a server) or
+# `slow` (long in-process training). Every test that starts a process must carry `process`: in
+# either tier, tests/process_guard.py fails one that does without it.
+FAST_TIER_OUT = ("process", "slow")
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--fast",
+        action="store_true",
+        help="the fast tier: leave out the tests marked " + " or ".join(FAST_TIER_OUT),
+    )
+
+
+def pytest_configure(config):
+    from process_guard import GUARD, MARKER, Plugin
+
+    config.addinivalue_line(
+        "markers",
+        f"{MARKER}: starts a process (a subprocess, a fork); left out of --fast, and a test that "
+        "starts one without this marker fails",
+    )
+    GUARD.install()
+    config.pluginmanager.register(Plugin(), "process_guard")
+    if not hasattr(config, "workerinput"):  # pytest's own process or xdist's controller, before any test
+        # The C helper compiles (`cc`) on its first use in a clone, then loads from disk: built here,
+        # that one start is no test's, and which test happens to run first changes nothing.
+        from data.pretraining import native
+
+        native.load(required=False)
+
+
 def pytest_collection_modifyitems(config, items):
-    """The files with the most slow tests run first, each file's tests in their own order.
+    """With --fast, the tests marked process or slow are deselected. The files with the most slow
+    tests run first, each file's tests in their own order.
     scripts/test.sh runs the suite in three processes, each taking the next whole file as it
     frees (pytest-xdist's loadfile): long files started first leave only short ones to even
     out the end, and a file's module fixtures are built once."""
+    if config.getoption("fast"):
+        out = [any(item.get_closest_marker(m) for m in FAST_TIER_OUT) for item in items]
+        config.hook.pytest_deselected(items=[item for item, o in zip(items, out) if o])
+        items[:] = [item for item, o in zip(items, out) if not o]
     slow = {}
     for item in items:
         slow[item.path] = slow.get(item.path, 0) + (item.get_closest_marker("slow") is not None)

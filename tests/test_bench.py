@@ -75,6 +75,7 @@ with open("/proc/self/status") as status:
 """
 
 
+@pytest.mark.process
 def test_peak_memory_is_the_childs_own_vmhwm_and_its_workers_apart():
     ballast = bytearray(300 << 20)  # the starter's own peak must not show in the child's
     done = harness.run([sys.executable, "-c", PROBE], "probe")
@@ -88,6 +89,7 @@ def test_peak_memory_is_the_childs_own_vmhwm_and_its_workers_apart():
     assert done.seconds > 0.8
 
 
+@pytest.mark.process
 def test_a_childs_events_come_in_order_and_an_error_or_a_silent_exit_fails_it():
     emit_then_fail = (
         "from bench import harness\n"
@@ -125,6 +127,7 @@ def alive_in_group(group: int) -> list[int]:
     return alive
 
 
+@pytest.mark.process
 def test_a_child_past_its_timeout_is_killed_with_its_workers():
     sleeper = (
         "import subprocess, time\n"
@@ -201,6 +204,7 @@ def test_bench_list_flags_parse_their_string_defaults_and_given_lists():
     assert given.processes == [1, 4] and given.maskings == ["static", "dynamic"]  # the stages' order
 
 
+@pytest.mark.process
 def test_a_bench_flag_with_an_unknown_name_stops_with_exit_2_and_the_flags_name():
     # prep_scale used to drop an unknown masking silently and run the others.
     done = subprocess.run(
@@ -233,6 +237,7 @@ def test_python_m_bench_lists_every_benchmark_and_refuses_an_unknown_one():
     assert unknown.returncode == 2 and "no benchmark named 'paddin'" in unknown.stderr
 
 
+@pytest.mark.process
 def test_a_bench_script_still_runs_by_its_path():
     done = subprocess.run(
         [sys.executable, os.path.join(ROOT, "bench", "input_order.py"), "--help"],
@@ -291,6 +296,7 @@ def test_record_saves_the_printed_table_with_what_produced_it(tmp_path):
 # --------------------------------------------------------------------- every script, smallest
 
 
+@pytest.mark.process
 def test_model_throughput():
     out = run_bench(
         "model_throughput.py",
@@ -313,6 +319,7 @@ def test_model_throughput():
     assert rows[0][7] == "1.00x"
 
 
+@pytest.mark.process
 def test_pretrain_throughput():
     out = run_bench(
         "pretrain_throughput.py",
@@ -338,6 +345,7 @@ def test_pretrain_throughput():
     assert int(rows[0][5].replace(",", "")) > 200  # a process that imported TensorFlow and built BERT
 
 
+@pytest.mark.process
 def test_inference():
     out = run_bench("inference.py", "--quick", "--tasks", "glue", "--batch_sizes", "1")
     [(header, rows)] = tables(out)
@@ -349,6 +357,7 @@ def test_inference():
     assert_numbers(rows, [4, 5, 6, 7, 8])
 
 
+@pytest.mark.process
 def test_input_order():
     out = run_bench(
         "input_order.py",
@@ -378,6 +387,7 @@ def test_input_order():
     assert_numbers(rows[4:], [3])
 
 
+@pytest.mark.process
 def test_input_order_dynamic_alone():
     # Without static records there is no per-worker-files peer and no ratio to it.
     out = run_bench(
@@ -394,6 +404,7 @@ def test_input_order_dynamic_alone():
     assert rows[0][4] == "" and NUMBER.fullmatch(rows[0][5])
 
 
+@pytest.mark.process
 def test_optimizer_convergence(tmp_path):
     out = run_bench(
         "optimizer_convergence.py",
@@ -419,6 +430,7 @@ def test_optimizer_convergence(tmp_path):
     assert_numbers(rows, [3, 4, 5, 6, 7])
 
 
+@pytest.mark.process
 def test_prep_throughput(tmp_path):
     out = run_bench("prep_throughput.py", "--sizes", "0.2", "--repeats", "1", "--cache_dir", str(tmp_path))
     runs, tokenization, end_to_end = tables(out)
@@ -447,6 +459,7 @@ def test_prep_throughput(tmp_path):
     assert "same bytes written by every variant" in out
 
 
+@pytest.mark.process
 def test_tokenizer_exactness(tmp_path):
     # It compares with the code at HEAD, through git: not in a copy without its history (the image).
     if subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD"], capture_output=True).returncode != 0:
@@ -473,6 +486,7 @@ def test_tokenizer_exactness(tmp_path):
     assert re.search(r"[\d,]+ of [\d,]+ lines get other ids than before", out)
 
 
+@pytest.mark.process
 def test_prep_scale(tmp_path):
     out = run_bench("prep_scale.py", "--xml_mb", "0.5", "--processes", "1,2", "--cache_dir", str(tmp_path))
     stages, comparison, breakdown, projection = tables(out)
@@ -544,6 +558,7 @@ def test_prep_scale(tmp_path):
     assert all(re.fullmatch(r"\d+:\d\d:\d\d", row[1]) for row in rows)
 
 
+@pytest.mark.process
 @pytest.mark.slow
 def test_masking_quality(tmp_path):
     # The quickstart's commands at their smallest: two pretrainings, four evaluations. Without XLA:
@@ -565,6 +580,7 @@ def test_masking_quality(tmp_path):
     assert re.search(r"held out at seq 512: [\d,]+ masked positions", out)
 
 
+@pytest.mark.process
 def test_padding(tmp_path):
     import random
     import shutil
@@ -690,6 +706,7 @@ def test_finetune_quality_reference_schedule_and_batches_are_what_they_say():
     ]
 
 
+@pytest.mark.process
 @pytest.mark.slow
 def test_finetune_quality(tmp_path):
     out = run_bench(

@@ -159,6 +159,7 @@ def _convert(*args):
     )
 
 
+@pytest.mark.process
 def test_converter_cli_chain_preserves_outputs(tiny_config, tmp_path):
     model = BertPretrainer(tiny_config)
     checkpoints.save_huggingface(model, str(tmp_path / "hf"))
@@ -180,6 +181,7 @@ def test_converter_cli_chain_preserves_outputs(tiny_config, tmp_path):
     _assert_same(_outputs(model, batch), _outputs(final, batch))
 
 
+@pytest.mark.process
 def test_converter_cli_reports_a_bad_input_in_one_line(tmp_path):
     result = _convert(
         "--input",
@@ -195,6 +197,7 @@ def test_converter_cli_reports_a_bad_input_in_one_line(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.process
 def test_converter_cli_reports_a_checkpoint_that_does_not_fit_in_one_line(tiny_config, tmp_path):
     import dataclasses
 

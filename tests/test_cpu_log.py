@@ -13,6 +13,8 @@ import pytest
 import conftest
 import cpu_log
 
+pytestmark = pytest.mark.process
+
 BURN = "import time\nend = time.process_time() + {s}\nwhile time.process_time() < end: pass\n"
 
 

@@ -280,6 +280,7 @@ def test_a_real_run_plans_each_stage_as_a_step_with_its_banner_and_the_done_line
     assert done == ("DONE", "data_download.sh: done: glue", "")
 
 
+@pytest.mark.process
 def test_the_script_prepares_a_corpus_offline_and_ends_with_the_done_line(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in LAUNCH_ENV}
     env["BERT_PYTHON"] = sys.executable

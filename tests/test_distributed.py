@@ -33,6 +33,7 @@ def test_a_data_stage_run_directly_needs_no_mpi():
     assert mpi_ranks({"HOROVOD_SIZE": "2"}) == (None, 0, 1, 1)  # Gloo ranks are not MPI ranks
 
 
+@pytest.mark.process
 def test_srun_tasks_that_mpi_does_not_join_are_refused_in_one_sentence():
     # srun -n 2 without --mpi=pmix: each task's MPI world is itself alone; a data stage would
     # otherwise write every output twice over.

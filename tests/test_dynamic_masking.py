@@ -294,6 +294,7 @@ def _updates(files, workers, start=0, updates=6, B=4, accumulation=1, bin_size=0
     return out
 
 
+@pytest.mark.slow
 def test_one_worker_and_two_see_the_same_masks_and_a_resume_continues_them(unmasked_files):
     one = _updates(unmasked_files, 1, B=8)
     two = _updates(unmasked_files, 2, B=4)

@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 import run_classifier
@@ -71,6 +72,7 @@ def _glue_features(files, task, split, max_seq_length=SEQ):
     return examples, {k: features[k] for k in ("input_ids", "input_mask", "segment_ids")}
 
 
+@pytest.mark.process
 def test_glue_export_serves_the_checkpoints_logits_with_tensorflow_alone(mrpc_run, model_files, tmp_path):
     config = model_files["config"]
     model = BertClassifier(config, 2)
@@ -124,6 +126,7 @@ def test_triton_repository_layout(mrpc_run):
     assert 'key: "TF_SIGNATURE_DEF" value: { string_value: "serving_default" }' in text
 
 
+@pytest.mark.process
 def test_export_only_run_equals_the_export_after_training(mrpc_run, model_files, tmp_path, capsys):
     # A copy: the export-only run rewrites resolved_config.json of the directory it reads.
     finished = tmp_path / "finished"
@@ -164,6 +167,7 @@ def test_non_empty_export_dir_is_refused_before_training(model_files, tmp_path, 
     assert not (tmp_path / "run").exists()  # stopped before any training
 
 
+@pytest.mark.process
 def test_squad_export_serves_start_and_end_logits_with_tensorflow_alone(squad_run, model_files, tmp_path):
     from bert.tokenization import build_tokenizer
 

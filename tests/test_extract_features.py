@@ -135,6 +135,7 @@ def reference(minilm_dir):
     return results
 
 
+@pytest.mark.process
 def test_google_checkpoint_matches_transformers(hf_cli, google_output, reference):
     records = _read_jsonl(google_output)
     assert [r["linex_index"] for r in records] == list(range(len(EXAMPLES)))
@@ -156,6 +157,7 @@ def test_google_checkpoint_matches_transformers(hf_cli, google_output, reference
     assert [f["token"] for f in records[1]["features"]].count("[SEP]") == 2
 
 
+@pytest.mark.process
 def test_cli_on_huggingface_dir_gives_identical_output(hf_cli, google_output):
     result = hf_cli()
     assert result["returncode"] == 0, result["stderr"]
@@ -180,6 +182,7 @@ def test_wrong_vocab_fails_naming_the_vocab_file(io_dir, minilm_dir, tmp_path):
     assert not output.exists()
 
 
+@pytest.mark.process
 def test_missing_input_file_fails_in_one_line(tmp_path, minilm_dir):
     missing = tmp_path / "no_such_input.txt"
     process = _cli(
@@ -272,6 +275,7 @@ def test_round6_equals_pythons_round():
     assert round(float(np.float32(1 / 128)), 6) == 0.007812  # a tie, rounded half to even
 
 
+@pytest.mark.slow
 def test_windows_sorted_by_length_write_the_same_lines_in_input_order(
     io_dir, google_dir, google_output, monkeypatch
 ):

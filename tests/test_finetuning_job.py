@@ -41,6 +41,7 @@ def _dev_accuracy(output_dir, data_dir):
     return sum(p == g for p, g in zip(predicted, gold)) / len(gold)
 
 
+@pytest.mark.process
 @pytest.mark.slow
 def test_tiny_bert_from_random_init_learns_word_order(word_order_task, tmp_path):
     out = tmp_path / "run"
@@ -113,6 +114,7 @@ def test_minilm_fine_tunes_to_word_order_in_a_few_updates(word_order_task, minil
     assert weights["output_weights"].shape == (2, 384)
 
 
+@pytest.mark.process
 @pytest.mark.slow
 def test_two_horovod_workers_equal_one_worker_with_the_doubled_batch(model_files, tmp_path):
     pytest.importorskip("horovod.tensorflow")
@@ -195,6 +197,7 @@ def uninterrupted(word_order_task, tmp_path_factory):
     return straight
 
 
+@pytest.mark.process
 @pytest.mark.slow
 def test_kill_9_then_the_same_command_ends_bit_identical(word_order_task, uninterrupted, tmp_path):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
@@ -227,6 +230,7 @@ def test_kill_9_then_the_same_command_ends_bit_identical(word_order_task, uninte
     assert sorted(os.listdir(killed / "worker_state")) == [f"ckpt-{STEPS}-rank-0-of-1", "ckpt-8-rank-0-of-1"]
 
 
+@pytest.mark.process
 @pytest.mark.slow
 def test_sigterm_stops_with_a_checkpoint_and_the_rerun_ends_bit_identical(
     word_order_task, uninterrupted, tmp_path

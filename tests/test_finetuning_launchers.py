@@ -18,6 +18,8 @@ import pytest
 
 from conftest import LAUNCH_ENV, PRESETS, preset_file_values
 
+pytestmark = pytest.mark.process
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PYTHON_BIN = os.path.dirname(sys.executable)
 GLUE_FIXTURES = os.path.join(ROOT, "tests", "fixtures", "glue")

@@ -11,6 +11,8 @@ import pytest
 from data.corpus import text_formatting
 from data.corpus.text_formatting import iter_documents
 
+pytestmark = pytest.mark.process
+
 
 def _jsonl(path, n=600, seed=5):
     rng = random.Random(seed)

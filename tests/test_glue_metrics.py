@@ -176,6 +176,7 @@ def _cli(*args):
     )
 
 
+@pytest.mark.process
 def test_cli_prints_one_json_object_and_exits_2_on_bad_input(tmp_path):
     gold, predicted = tmp_path / "gold.txt", tmp_path / "STS-B.tsv"
     gold.write_text("0.0\n2.5\n5.0\n4.0\n")

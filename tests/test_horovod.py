@@ -13,7 +13,7 @@ from bert.pretraining import BertPretrainer, pretraining_losses
 from conftest import BIN, ROOT, random_batch, worker_env
 from tiny_pretraining import tiny_bert_config
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.process]
 
 
 def _launch(controller, output):

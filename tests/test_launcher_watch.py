@@ -14,9 +14,12 @@ import textwrap
 import time
 
 import psutil
+import pytest
 
 from conftest import ROOT
 from training.launcher_watch import LAUNCHER_ENV, LauncherWatch, log_path, watched_processes
+
+pytestmark = pytest.mark.process
 
 # The parent: names itself the launcher, starts the worker with its stdout a pipe to itself, reads
 # one line (the worker is watching), then waits to be killed.

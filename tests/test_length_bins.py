@@ -160,6 +160,7 @@ def _largest_difference(a, b):
     return max(float(np.max(np.abs(a[n] - b[n]))) for n in a)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("accumulation, use_xla", [(3, True), (1, True), (3, False)])
 def test_binned_updates_end_where_padded_updates_end(data, tmp_path, capsys, accumulation, use_xla):
     runs, compiled = {}, {}
@@ -204,6 +205,7 @@ def test_an_update_of_alike_lengths_runs_stacked_at_its_longest():
     assert alike[2]["masked_lm_positions"].shape.as_list() == [2, 3]
 
 
+@pytest.mark.process
 @pytest.mark.slow
 def test_binned_and_packed_updates_on_two_horovod_workers_end_where_padded_ones_end(data, tmp_path):
     """Two Horovod workers, 2 micro-batches of 4 each per update, 8 updates: padded, binned and
@@ -255,6 +257,7 @@ def test_binned_and_packed_updates_on_two_horovod_workers_end_where_padded_ones_
     assert _largest_difference(runs["padded"], runs["packed"]) < 1e-5
 
 
+@pytest.mark.slow
 def test_binned_evaluation_equals_padded_evaluation(data, tmp_path):
     trained = tmp_path / "trained"
     assert run_pretraining.main(tiny.flags(data, trained, num_train_steps=2)) == 0

@@ -9,6 +9,8 @@ import subprocess
 
 import pytest
 
+pytestmark = pytest.mark.process
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

@@ -19,7 +19,7 @@ import tiny_pretraining as tiny
 from conftest import BIN, notice_after_step, worker_env
 from test_preemption import pretraining_command, rank_process
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.process]
 HOROVODRUN = [os.path.join(BIN, "horovodrun"), "-np", "2", "-H", "localhost:2", "--gloo", sys.executable]
 
 

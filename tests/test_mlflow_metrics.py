@@ -49,6 +49,7 @@ def store(tmp_path, monkeypatch):
     return mlflow.MlflowClient(uri)
 
 
+@pytest.mark.process
 def test_a_fine_tuning_logs_its_metrics_evaluations_and_settings(model_files, tmp_path, store):
     import run_classifier
 
@@ -107,6 +108,7 @@ def test_the_run_that_mlflow_run_id_names_is_logged_into_and_left_running(
     assert [step for step, _ in _history(store, existing, "train/loss")] == [1, 2]
 
 
+@pytest.mark.process
 @pytest.mark.slow  # a process of its own: TensorFlow's import and a run, about 20 s
 def test_without_the_variable_mlflow_is_not_imported(model_files, tmp_path):
     code = (
@@ -141,6 +143,7 @@ def test_the_variable_without_mlflow_installed_stops_with_one_sentence(monkeypat
     assert MlflowTarget.from_environ({}) is None
 
 
+@pytest.mark.process
 def test_a_tracking_server_lost_mid_run_is_said_once_and_training_goes_on(
     model_files, tmp_path, store, capsys
 ):
@@ -169,6 +172,7 @@ def test_a_tracking_server_lost_mid_run_is_said_once_and_training_goes_on(
     assert _json(output / "eval_results.json")["global_step"] == 2
 
 
+@pytest.mark.process
 @pytest.mark.slow  # a pretraining run with its evaluation, about 20 s
 def test_a_pretraining_logs_its_training_metrics_and_its_final_evaluation_once(tmp_path, store):
     """Pretraining's evaluation after training reaches MLflow once, at the final step, under

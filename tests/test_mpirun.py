@@ -28,7 +28,7 @@ from conftest import BIN, ROOT, worker_env
 
 UPDATES = 2
 MICRO_BATCHES = 4  # per update, over all workers
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.process]
 
 
 def _tiny_config():

@@ -294,6 +294,7 @@ def _horovodrun_args(hosts) -> list:
     return ["-p", str(hosts.port), "--ssh-identity-file", hosts.key, "--network-interface", hosts.nic]
 
 
+@pytest.mark.process
 @pytest.mark.slow
 def test_horovodrun_across_two_hosts_equals_one_process_with_doubled_batch(
     hosts, corpus, one_process, tmp_path
@@ -305,6 +306,7 @@ def test_horovodrun_across_two_hosts_equals_one_process_with_doubled_batch(
     assert f"workers: 2 (horovodrun -np 2 on {hosts_arg})" in result.stdout
 
 
+@pytest.mark.process
 @pytest.mark.slow
 def test_mpirun_hostfile_across_two_hosts_equals_one_process_with_doubled_batch(
     hosts, corpus, one_process, tmp_path
@@ -360,6 +362,7 @@ def _sbatch(cluster, log):
     return submit
 
 
+@pytest.mark.process
 @pytest.mark.slow
 @pytest.mark.parametrize("launcher", ["srun", "mpirun", "horovodrun"])
 def test_run_sub_trains_across_two_slurm_nodes(hosts, slurm_nodes, corpus, one_process, tmp_path, launcher):
@@ -410,6 +413,7 @@ MPI_TALK = (
 )
 
 
+@pytest.mark.process
 @pytest.mark.slow
 def test_run_sub_tasks_wait_for_a_late_rank_in_mpi_init(hosts, slurm_nodes, tmp_path):
     """A rank that sees its PMIx fences' releases late (tests/late_fence.c, one second on rank 0:
@@ -521,6 +525,7 @@ def test_mpirun_forwards_the_project_and_horovod_nccl_tf_settings_to_remote_rank
     assert forwarded == ["PATH", "HOROVOD_LAUNCHER", "NCCL_DEBUG", "PYTHONPATH", "TF_CPP_MIN_LOG_LEVEL"]
 
 
+@pytest.mark.process
 def test_the_launcher_shows_the_allocations_hosts():
     from test_pretraining_launcher import dry_run
 

@@ -193,6 +193,7 @@ def _final_weights(output_dir):
     return {n: reader.get_tensor(n) for n in names if not n.endswith(("/adam_m", "/adam_v"))}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("masking", ["static", "dynamic"])
 def test_packed_training_ends_where_padded_and_binned_training_ends(tmp_path, capsys, masking):
     """run_pretraining.py, dropout off, 6 updates of 2 micro-batches of 8 (records of 5 to 16

@@ -6,6 +6,8 @@ import pytest
 
 from data.corpus.parallel import bounded_imap, report_progress
 
+pytestmark = pytest.mark.process
+
 _STATE = {}
 
 

@@ -116,6 +116,7 @@ log.close()
 """
 
 
+@pytest.mark.process
 def test_tensorboard_reads_our_scalars(tmp_path):
     event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
     from tensorboard.util import tensor_util

@@ -37,7 +37,7 @@ from conftest import (
     worker_env,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.process]
 STEPS, SAVE_EVERY, STOP_AFTER = 10, 4, 5  # checkpoints at 4, 8, 10; the notice after step 5
 
 

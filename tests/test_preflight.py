@@ -102,6 +102,7 @@ def _flags(data, out, **overrides):
     return tiny.flags(data, out, use_xla="false", **overrides)
 
 
+@pytest.mark.process
 @pytest.mark.slow
 def test_two_workers_that_see_different_things_stop_naming_each_difference(data, tmp_path):
     """Worker 1 (mpirun's second program) gets a vocab path that is not there, one of the two
@@ -138,6 +139,7 @@ def test_two_workers_that_see_different_things_stop_naming_each_difference(data,
     assert not glob.glob(str(shared / "ckpt-*")) and not os.path.exists(shared / ".preflight")
 
 
+@pytest.mark.process
 @pytest.mark.slow
 def test_a_worker_that_never_joins_is_named_within_the_timeout(data, tmp_path):
     """Worker 1 is stopped (SIGSTOP) as soon as horovodrun starts it, long before it imports
@@ -181,6 +183,7 @@ def test_a_worker_that_never_joins_is_named_within_the_timeout(data, tmp_path):
     assert "Process name: 0\nExit code: 2" in err
 
 
+@pytest.mark.process
 def test_an_output_directory_without_room_for_two_checkpoints_stops_before_the_model_is_built(
     data, tmp_path, mounts, capsys
 ):

@@ -76,6 +76,7 @@ def _manifest(directory):
         return json.load(f)
 
 
+@pytest.mark.process
 @pytest.mark.parametrize(
     "dataset, corpus, formatted_docs",
     [
@@ -205,6 +206,7 @@ def _run_records(data_dir, *extra, processes="1"):
     return stats
 
 
+@pytest.mark.process
 def test_restart_redoes_only_the_corrupt_or_unfinished_output(prepared):
     first = _run_records(prepared)
     assert (first["done"], first["skipped"]) == (3, 0)
@@ -241,6 +243,7 @@ def test_restart_redoes_only_the_corrupt_or_unfinished_output(prepared):
     assert (changed["done"], changed["skipped"]) == (3, 0)
 
 
+@pytest.mark.process
 def test_bad_inputs_stop_with_one_sentence(prepared, tmp_path, capsys):
     bad_vocab = tmp_path / "no_mask.txt"
     bad_vocab.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\nthe\n")
@@ -309,6 +312,7 @@ def test_bad_inputs_stop_with_one_sentence(prepared, tmp_path, capsys):
     assert "Pass --input_files" in capsys.readouterr().err
 
 
+@pytest.mark.process
 def test_sharding_interrupted_refuses_tfrecords(prepared):
     shard_dir = paths.sharded_dir(str(prepared), "notes", 2, 1, 0.2)
     manifest = _manifest(shard_dir)
@@ -336,6 +340,7 @@ def test_ranks_split_the_shards_deterministically(tmp_path):
     )
 
 
+@pytest.mark.process
 @pytest.mark.slow
 def test_mpirun_two_ranks_write_what_one_process_writes(prepared):
     mpirun = shutil.which("mpirun", path=os.path.dirname(sys.executable)) or shutil.which("mpirun")
@@ -370,6 +375,7 @@ def test_mpirun_two_ranks_write_what_one_process_writes(prepared):
     assert sum(e["counts"]["instances"] for e in manifest["outputs"].values()) == single["instances"]
 
 
+@pytest.mark.process
 def test_data_download_script_validates_and_runs_offline(tmp_path):
     script = os.path.join(ROOT, "scripts", "data_download.sh")
     bad = subprocess.run(["bash", script, "books"], capture_output=True, text=True)

@@ -27,7 +27,7 @@ from conftest import BIN, ROOT, worker_env
 from data.corpus import text_formatting
 from dump_generator import generate_dump
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.process]
 MPIRUN = os.path.join(BIN, "mpirun")
 SHARDS = ["--n_training_shards", "4", "--n_test_shards", "2", "--fraction_test_set", "0.1"]
 COMMON = ["--dataset", "d", "--no_progress", "--n_processes", "1"]

@@ -18,6 +18,8 @@ from conftest import LAUNCH_ENV, preset_file_values, pretraining_workspace
 from conftest import PRESETS as ALL_PRESETS
 from data import paths as data_paths
 
+pytestmark = pytest.mark.process
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PRESETS = os.path.join(ALL_PRESETS, "run_pretraining_lamb")
 POSITIONAL = [

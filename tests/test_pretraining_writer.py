@@ -204,6 +204,7 @@ def run_cli(*args):
     )
 
 
+@pytest.mark.process
 def test_cli_end_to_end_with_invalid_utf8(minilm_dir, tmp_path):
     path = tmp_path / "in.txt"
     path.write_bytes(
@@ -228,6 +229,7 @@ def test_cli_end_to_end_with_invalid_utf8(minilm_dir, tmp_path):
     assert "instances" in r.stderr and "documents" in r.stderr  # progress lines
 
 
+@pytest.mark.process
 def test_cli_errors_are_one_clear_sentence(minilm_dir, tmp_path):
     vocab = f"--vocab_file={minilm_dir}/vocab.txt"
     r = run_cli(f"--input_file={tmp_path}/nothing-*.txt", f"--output_file={tmp_path}/o", vocab)

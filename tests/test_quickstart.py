@@ -12,6 +12,8 @@ import pytest
 
 from conftest import ROOT, XLA_CACHE_FLAG, worker_env, xla_default_effort
 
+pytestmark = pytest.mark.process
+
 # TensorFlow's start-up notes (common/tensorflow_startup.py), matched loosely on purpose: any line
 # that carries one of them counts, whichever process printed it.
 STARTUP_NOTE = re.compile(r"absl::InitializeLog|oneDNN custom operations are on|cpu_feature_guard")

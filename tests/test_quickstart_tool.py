@@ -56,6 +56,7 @@ def test_the_config_is_the_tiny_one_with_the_trained_vocab_and_no_dropout(tmp_pa
     }
 
 
+@pytest.mark.process
 def test_an_evaluation_runs_once_and_shows_only_its_result_lines(tmp_path):
     out_dir = tmp_path / "eval" / "start_128"
     writes = (

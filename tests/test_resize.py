@@ -25,7 +25,7 @@ import tiny_pretraining as tiny
 from conftest import BIN, notice_after_step, worker_env
 from test_preemption import STEPS, STOP_AFTER, _arrays, _assert_identical, pretraining_command, rank_process
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.process]
 HOROVODRUN = [os.path.join(BIN, "horovodrun"), "-np", "2", "-H", "localhost:2", "--gloo", sys.executable]
 # TensorFlow graphs: a resize and a notice to one worker are what is tested. Two workers' XLA programs
 # around Horovod's sum are tested in tests/test_mpirun.py, XLA's exact resume in test_preemption.py;

@@ -27,6 +27,8 @@ from training.data_order import Position, records_in_order
 from training.metrics_log import read_log
 from training.rollback import ROLLBACKS_NAME, Rollback, read_rollbacks, resume_position
 
+pytestmark = [pytest.mark.slow, pytest.mark.process]
+
 BATCH = 2  # random_batch's rows: one micro-batch per update, one worker
 
 

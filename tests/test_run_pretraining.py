@@ -149,6 +149,7 @@ def test_nvidia_aliases_resolve_to_the_flags(data, monkeypatch):
     assert s.use_horovod and s.precision == "fp32" and s.use_xla and s.do_train and not s.do_eval
 
 
+@pytest.mark.slow
 def test_phase_2_starts_from_every_phase_1_weight_with_a_fresh_optimizer(data, tmp_path):
     phase1, phase2 = tmp_path / "phase_1", tmp_path / "phase_2"
     assert _run(data, phase1, num_train_steps=3) == 0
@@ -185,6 +186,7 @@ def test_phase_2_starts_from_every_phase_1_weight_with_a_fresh_optimizer(data, t
     assert _json(phase2 / "resolved_config.json")["init_checkpoint_step"] == 3
 
 
+@pytest.mark.slow
 def test_init_checkpoint_never_overrides_a_checkpoint_in_output_dir(data, tmp_path):
     start, out = tmp_path / "start", tmp_path / "out"
     assert _run(data, start, num_train_steps=1) == 0
@@ -225,6 +227,7 @@ def test_a_value_outside_its_kind_is_refused_by_the_flag_and_by_the_settings_ali
     assert str(refused.value) == sentence
 
 
+@pytest.mark.slow
 def test_the_largest_rate_the_table_accepts_runs(data, tmp_path):
     # (0, 1]: 1.0 itself is a rate; the schedule then peaks at it (one worker).
     assert _run(data, tmp_path / "out", learning_rate="1.0", num_train_steps=1, do_train=True) == 0

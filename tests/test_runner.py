@@ -15,6 +15,8 @@ import pytest
 
 from common.errors import PREEMPTED_EXIT_STATUS
 
+pytestmark = pytest.mark.process
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PYTHON = sys.executable
 # A step that writes "started" to its marker, then waits for its STOP file and exits 75, as a worker does.

@@ -170,6 +170,7 @@ def test_example_lengths_read_the_wire_format_as_protobuf_does():
             schema.example_lengths(bad)
 
 
+@pytest.mark.process
 def test_check_file_names_the_file_and_needs_no_tensorflow(tmp_path):
     # The launchers check every input file in their planning process, which never imports
     # TensorFlow (a training process starts it): the checks and their sentences, without it.

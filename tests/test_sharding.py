@@ -126,6 +126,7 @@ def _shard_bytes(out):
     return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*.txt"))}
 
 
+@pytest.mark.process
 def test_parallel_segmentation_writes_the_same_bytes_and_counts(tmp_path):
     # Two input files with invalid UTF-8 in one: the workers read documents from both by offset.
     first, _ = _corpus(tmp_path, n_docs=25)
@@ -146,6 +147,7 @@ def test_parallel_segmentation_writes_the_same_bytes_and_counts(tmp_path):
         assert entry["sha256"] == hashlib.sha256(runs[2][0][rel]).hexdigest()
 
 
+@pytest.mark.process
 def test_shards_redone_by_several_workers_equal_the_first_run(tmp_path):
     path, _ = _corpus(tmp_path)
     _shard(tmp_path, [path])
@@ -158,6 +160,7 @@ def test_shards_redone_by_several_workers_equal_the_first_run(tmp_path):
     assert stats["redone"] == 3 and _shard_bytes(out) == original
 
 
+@pytest.mark.process
 @pytest.mark.parametrize(
     "case, error, words",
     [

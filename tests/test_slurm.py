@@ -23,7 +23,7 @@ from slurm_cluster import MARK, slurm_cluster  # noqa: F401 (the session's clust
 from test_finetuning_launchers import tiny_pretrained
 from test_preemption import _assert_identical, _stopped_at
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.process]
 # Phase 1: 90 updates of 2 x 4 sequences (tens of ms each: seconds for the notice to land in the
 # phase), checkpoints every 50; phase 2: (100 - 90) x 8 / 8 = 10.
 TRAIN_STEPS, PHASE1_STEPS, PHASE2_STEPS = 100, 90, 10

@@ -222,6 +222,7 @@ def _cli(*args):
     )
 
 
+@pytest.mark.process
 def test_cli_prints_the_official_json_and_exits_2_on_malformed_json(tmp_path):
     data, predictions, na_probs = tmp_path / "dev.json", tmp_path / "pred.json", tmp_path / "na.json"
     data.write_text(json.dumps(V2))

@@ -26,7 +26,7 @@ import tiny_pretraining as tiny
 from common.errors import PREEMPTED_EXIT_STATUS
 from conftest import BIN, ROOT, worker_env
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.process]
 STEPS, SAVE_EVERY, KEEP = 10, 2, 3  # checkpoints at 2, 4, ..., 10; 6, 8 and 10 are kept
 DATA = "ckpt-{}.data-00000-of-00001"
 KILLS, KILL_SEED, KILL_EVENTS = 20, 35, 60  # each kill lands before one of a child's first 60 events

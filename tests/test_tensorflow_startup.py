@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from common.tensorflow_startup import without_notes
 from conftest import ROOT
 
@@ -39,6 +41,7 @@ def _run(code):
     )
 
 
+@pytest.mark.process
 def test_an_import_prints_nothing_and_later_output_reaches_stderr():
     result = _run(
         "import os, sys\n"
@@ -59,6 +62,7 @@ def test_an_import_prints_nothing_and_later_output_reaches_stderr():
     )
 
 
+@pytest.mark.process
 def test_an_error_while_importing_is_still_shown():
     result = _run(
         "import sys\n"
@@ -72,6 +76,7 @@ def test_an_error_while_importing_is_still_shown():
     assert "absl::InitializeLog" not in result.stderr
 
 
+@pytest.mark.process
 def test_kerass_optional_integrations_wait_until_someone_asks_for_them():
     result = _run(
         "import sys\n"
@@ -86,6 +91,7 @@ def test_kerass_optional_integrations_wait_until_someone_asks_for_them():
     assert result.stdout == "6 []\n0.5 matplotlib\n"
 
 
+@pytest.mark.process
 def test_the_import_pauses_the_garbage_collector_and_freezes_what_it_made():
     result = _run(
         "import gc, weakref\n"

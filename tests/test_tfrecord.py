@@ -65,6 +65,7 @@ def test_frame_record_header():
     assert struct.unpack("<Q", framed[:8])[0] == 3 and framed[12:15] == b"abc" and len(framed) == 19
 
 
+@pytest.mark.process
 def test_reading_records_in_a_training_process_never_builds_the_native_library(tmp_path):
     # The C writer compiles on first use; a training process that only reads records (the input
     # pipeline's checks, CRC verification) must never start a compiler, so it never loads it.

@@ -211,6 +211,7 @@ def test_parity_with_hf_bert_tokenizer_fast(corpus, vocab_file, do_lower_case):
     assert len(set(flat)) > 2500
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("do_lower_case", [True, False])
 def test_parity_with_google_reference(corpus, vocab_file, do_lower_case):
     ours = WordPieceTokenizer(vocab_file, do_lower_case=do_lower_case)

@@ -38,6 +38,7 @@ def _unequal_masks(config, batch=8):
     return b
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("jit", [True, False])
 def test_accumulated_micro_batches_equal_one_big_batch(config, jit):
     batch = random_batch(config, batch=8, seq=16)

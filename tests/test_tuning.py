@@ -69,6 +69,7 @@ def _evals(trial_dir):
     return {e["step"]: e["eval"]["accuracy"] for e in entries if "eval" in e}
 
 
+@pytest.mark.process
 @pytest.mark.slow
 def test_six_trials_prune_the_failing_learning_rate_and_report(task, tmp_path, capsys):
     space = tmp_path / "space.yaml"
@@ -148,6 +149,7 @@ def _worker(task, out, log_path, **values):
     return start_worker(argv, log_path)
 
 
+@pytest.mark.process
 def test_a_trial_whose_worker_died_before_its_first_heartbeat_is_failed_and_run_again(task, tmp_path):
     """A worker killed between creating its trial and the trial's first heartbeat (the moment
     after its previous trial ended) leaves a running trial that Optuna never finds stale: each
@@ -162,6 +164,7 @@ def test_a_trial_whose_worker_died_before_its_first_heartbeat_is_failed_and_run_
     assert states == {0: "COMPLETE", 1: "FAIL", 2: "COMPLETE"}, states
 
 
+@pytest.mark.process
 @pytest.mark.slow
 def test_two_workers_share_one_sqlite_study_and_a_killed_workers_trial_is_failed(task, tmp_path):
     out = tmp_path / "study"
@@ -285,6 +288,7 @@ def test_bad_space_files_name_the_file_and_the_problem(mrpc_files, tmp_path, cap
     assert "missing.yaml does not exist" in err
 
 
+@pytest.mark.process
 @pytest.mark.slow
 def test_trials_failing_in_a_row_stop_the_worker_with_the_cause(mrpc_files, tmp_path, capsys):
     # The MRPC fixture has 2 training rows: a batch of 4 fails in every trial, after the checks
@@ -296,6 +300,7 @@ def test_trials_failing_in_a_row_stop_the_worker_with_the_cause(mrpc_files, tmp_
     assert [t.state.name for t in _study(str(out)).trials] == ["FAIL"] * search.MAX_FAILURES_IN_A_ROW
 
 
+@pytest.mark.process
 def test_a_trial_that_cannot_save_stops_the_worker_at_once_and_is_queued_to_continue(
     mrpc_files, tmp_path, capsys, monkeypatch
 ):
@@ -379,6 +384,7 @@ def test_trial_command_passes_the_studys_flags_and_the_trials_parameters(tmp_pat
     assert os.path.basename(mpirun[0]) == "mpirun" and "-np" in mpirun and "--gloo" in mpirun
 
 
+@pytest.mark.process
 @pytest.mark.slow
 def test_a_preempted_worker_checkpoints_its_trial_and_the_rerun_continues_it_there(task, tmp_path):
     from common.errors import PREEMPTED_EXIT_STATUS

@@ -44,6 +44,8 @@ from tuning_workers import (
     wait_ok,
 )
 
+pytestmark = pytest.mark.process
+
 HEARTBEAT = 2  # seconds: a killed worker's trial is failed 6 s after its last beat
 
 

@@ -36,6 +36,7 @@ def _format(inputs, output, n_processes, messages=None):
     return format_corpus(inputs, str(output), n_processes=n_processes, log=log)
 
 
+@pytest.mark.process
 def test_one_and_two_processes_write_the_same_bytes_as_the_serial_reader(dump, tmp_path):
     path, generated = dump
     one = _format([path], tmp_path / "one" / "out.txt", 1)
@@ -54,6 +55,7 @@ def test_one_and_two_processes_write_the_same_bytes_as_the_serial_reader(dump, t
     assert one["documents"] == len(text.splitlines()) > 0
 
 
+@pytest.mark.process
 def test_without_an_index_it_runs_serially_and_says_so_once(dump, tmp_path):
     path, _ = dump
     plain = str(tmp_path / "plain.xml.bz2")
@@ -73,6 +75,7 @@ def test_without_an_index_it_runs_serially_and_says_so_once(dump, tmp_path):
     assert messages == []
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("n_processes", [1, 2])
 def test_a_truncated_last_stream_is_named_in_the_error(dump, tmp_path, n_processes):
     path, stats = dump
@@ -86,6 +89,7 @@ def test_a_truncated_last_stream_is_named_in_the_error(dump, tmp_path, n_process
     assert str(error.value).endswith("; re-download the dump.")
 
 
+@pytest.mark.process
 def test_a_corrupt_stream_in_the_middle_is_named_and_a_short_file_is_called_truncated(dump, tmp_path):
     path, stats = dump
     offsets = _offsets(stats)
@@ -111,6 +115,7 @@ def test_a_corrupt_stream_in_the_middle_is_named_and_a_short_file_is_called_trun
     )
 
 
+@pytest.mark.process
 def test_an_index_of_another_dump_is_named(dump, tmp_path):
     path, _ = dump
     other = dump_generator.generate_dump(str(tmp_path / "other.xml.bz2"), 200_000, seed=8, pages_per_stream=3)
@@ -191,6 +196,7 @@ def _download(tmp_path, base):
     )
 
 
+@pytest.mark.process
 def test_download_fetches_dump_and_index_verified_and_formatting_uses_the_index(dump, tmp_path):
     with _served(dump, tmp_path) as base:
         stats = _download(tmp_path, base)
