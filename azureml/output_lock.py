@@ -143,7 +143,11 @@ class OutputLock:
                 seen = now  # released: take it at the next turn
         time.sleep(self.settle_s)
         holder = Holder.parse(self.read())
-        if holder is None or (holder.job, holder.pid) != (self.job, str(os.getpid())):
+        if holder is None or (holder.job, holder.host, holder.pid) != (
+            self.job,
+            socket.gethostname(),
+            str(os.getpid()),
+        ):
             raise self._busy(self.read())
 
     def _wait_for_rank_0(self) -> None:
@@ -170,7 +174,7 @@ class OutputLock:
     def _beat(self) -> None:
         self._count += 1
         with contextlib.suppress(OSError):  # a missed write is only a later beat
-            self._write(0)  # in place: the count only grows, so the file is never cut short
+            self._write(os.O_CREAT)  # in place: the count only grows, so the file is never cut short
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
