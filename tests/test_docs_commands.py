@@ -6,9 +6,10 @@ files. Each is checked the cheapest way that still runs the code a user's copy w
 
     bash scripts/<launcher>.sh ...          its --dry_run (settings, presets, the planned commands)
     bash scripts/docker/{build,launch}.sh   their --dry-run (absent --data/--results: stand-ins)
-    python X.py / python -m M ...           --help runs, and every --flag the doc names is listed
+    python X.py / python -m M ...           --help runs, and every --flag the doc names is listed;
+                                            common/cli.py entry points parse the values too
     python azureml/submit.py ... --submit   without --submit: its offline check and the az line
-    horovodrun/mpirun/sbatch ... CMD        CMD, checked as above
+    horovodrun/mpirun/sbatch ... CMD        CMD, checked as above; sbatch's run.sub by BERT_DRY_RUN=1
     already dry (--help, BERT_DRY_RUN=1)    as shown
 
 What cannot run here (a GPU cluster, a container runtime, a cloud, the network) matches a rule in
