@@ -17,13 +17,16 @@ A launcher killed outright (SIGKILL) relays nothing: its steps' workers find it 
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
 
 from common.errors import PREEMPTED_EXIT_STATUS
+from common.files import write_json
 from launch.engine import Step, read_steps
 from training.launcher_watch import LAUNCHER_ENV, launcher_id
 from training.preemption import StopRequests, request_stop
@@ -143,13 +146,145 @@ def launch(name: str, args, python: str) -> int:
         os.remove(plan_file)
 
 
-def requeue(argv, job_id: str) -> int:
+# Runs of one job in a row that may stop for a preemption without a new checkpoint before the relay
+# stops requeueing: the first may be a genuine preemption during start-up, the second is a time
+# limit that the notice, the start-up and one checkpoint do not fit in (it would requeue forever).
+IDLE_RUNS_LIMIT = 2
+REQUEUE_RESULTS_ENV = "BERT_REQUEUE_RESULTS"  # run.sub: the host directory the job's outputs go under
+EARLY_NOTICES_ENV = "BERT_EARLY_NOTICES"  # run.sub: the signals its batch shell got before the relay
+NOTICE_SECONDS_ENV = "BERT_NOTICE_SECONDS"  # run.sub: how long before the time limit SLURM's notice comes
+
+
+def newest_checkpoints(results_dir: str) -> dict:
+    """{directory under `results_dir` (relative): the newest checkpoint its TensorFlow `checkpoint`
+    index file names}, for every output directory there; {} when there is none."""
+    found = {}
+    for directory, _, files in os.walk(results_dir):
+        if "checkpoint" not in files:
+            continue
+        try:
+            with open(os.path.join(directory, "checkpoint"), encoding="utf-8") as f:
+                newest = re.search(r'^model_checkpoint_path:\s*"([^"]*)"', f.read(), re.MULTILINE)
+        except (OSError, UnicodeDecodeError):
+            continue
+        if newest:
+            found[os.path.relpath(directory, results_dir)] = newest.group(1)
+    return found
+
+
+def _requeue_state(results_dir: str, job_id: str) -> str:
+    return os.path.join(results_dir, f".requeue-{job_id}.json")
+
+
+def _idle_runs_before(state_file: str, restarts: int) -> int:
+    """Runs in a row without a new checkpoint up to the previous run of this job: what the relay
+    wrote when it requeued that run (SLURM's restart count just below this run's), else 0."""
+    try:
+        with open(state_file, encoding="utf-8") as f:
+            state = json.load(f)
+        return int(state["idle_runs"]) if int(state["restarts"]) == restarts - 1 else 0
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0
+
+
+def _forget(state_file: str) -> None:
+    try:
+        os.remove(state_file)
+    except OSError:
+        pass  # none: the job never requeued without a checkpoint (or the directory is gone)
+
+
+def seconds_left(shown: str) -> int | None:
+    """squeue's time left (%L: [[DAYS-]HOURS:]MINUTES:SECONDS) in seconds; None for UNLIMITED,
+    NOT_SET or anything else."""
+    match = re.fullmatch(r"(?:(?:(\d+)-)?(\d+):)?(\d+):(\d+)", shown.strip())
+    if not match:
+        return None
+    days, hours, minutes, seconds = (int(part or 0) for part in match.groups())
+    return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+
+
+def _job_seconds_left(job_id: str) -> int | None:
+    try:
+        shown = subprocess.run(
+            ["squeue", "-h", "-j", job_id, "-o", "%L"], capture_output=True, text=True, timeout=30
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return seconds_left(shown.stdout) if shown.returncode == 0 else None
+
+
+def _time_limit(job_id: str) -> str:
+    """SLURM's TimeLimit of the job (`scontrol show job`), e.g. "TimeLimit=00:02:00"; "" when unknown."""
+    try:
+        shown = subprocess.run(
+            ["scontrol", "-o", "show", "job", job_id], capture_output=True, text=True, timeout=30
+        )
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    limit = re.search(r"\bTimeLimit=(\S+)", shown.stdout)
+    return f"TimeLimit={limit.group(1)}" if limit else ""
+
+
+def requeue(argv, job_id: str, environ=None) -> int:
     """scripts/run.sub's relay: runs `argv` passing SIGUSR1, SIGTERM and SIGINT on to it, and
-    requeues SLURM job `job_id` when it stopped for a preemption (exit status 0 once requeued)."""
+    requeues SLURM job `job_id` when it stopped for a preemption (exit status 0 once requeued).
+
+    A notice that reached run.sub's batch shell before the relay did (BERT_EARLY_NOTICES), or a
+    time limit already within the notice (BERT_NOTICE_SECONDS, squeue's time left), stops the run
+    before its command starts. Where `environ` (os.environ by default) names the results
+    directory (BERT_REQUEUE_RESULTS, which run.sub sets), a run that stops without a new checkpoint
+    there counts as idle (SLURM_RESTART_COUNT and a small state file there carry the count from run
+    to run); the IDLE_RUNS_LIMIT-th idle run in a row is not requeued: the job ends with exit status
+    2 and one sentence naming the time limit to raise, instead of requeueing forever a job whose
+    notice always comes first."""
+    environ = os.environ if environ is None else environ
+    results_dir = environ.get(REQUEUE_RESULTS_ENV, "")
+    before = newest_checkpoints(results_dir) if results_dir else {}
+    early = environ.get(EARLY_NOTICES_ENV, "").split()
+    notice_s = int(environ.get(NOTICE_SECONDS_ENV) or 0)
     with Notices() as notices:
-        status = run_step(Step(list(argv)), notices)
-    if status == PREEMPTED_EXIT_STATUS and job_id:
-        print(f"[run.sub] stopped for a preemption with a checkpoint: requeueing job {job_id}", flush=True)
-        if subprocess.call(["scontrol", "requeue", job_id]) == 0:
-            return 0
+        # Asked once the notice can no longer be lost: one SLURM sent before (as the job starts
+        # when its time limit is within the notice) may have come while run.sub ignored it.
+        left = _job_seconds_left(job_id) if notice_s and job_id and not early else None
+        if early or (left is not None and left <= notice_s):
+            # Starting the command only to stop it at once would race its own signal handlers.
+            why = f"SIG{early[0]}" if early else f"{left} s left, within the notice's {notice_s} s"
+            print(f"[run.sub] {why} before the command started: not starting it", flush=True)
+            status = PREEMPTED_EXIT_STATUS
+        else:
+            status = run_step(Step(list(argv)), notices)
+    state_file = _requeue_state(results_dir, job_id) if results_dir and job_id else ""
+    if status != PREEMPTED_EXIT_STATUS or not job_id:
+        if state_file:
+            _forget(state_file)
+        return status
+    if state_file:
+        restarts = int(environ.get("SLURM_RESTART_COUNT") or 0)
+        idle = 0 if newest_checkpoints(results_dir) != before else _idle_runs_before(state_file, restarts) + 1
+        if idle >= IDLE_RUNS_LIMIT:
+            limit = _time_limit(job_id)
+            print(
+                f"[run.sub] job {job_id} stopped {idle} times in a row without a new checkpoint under "
+                f"{results_dir}, so it is not requeued again: its time limit{f' ({limit})' if limit else ''} "
+                "leaves no room for run.sub's notice (--signal=B:USR1@120, 120 s before the limit), the "
+                "start-up and one checkpoint; raise the limit (sbatch --time=MINUTES, or #SBATCH --time) "
+                "and submit it again.",
+                file=sys.stderr,
+                flush=True,
+            )
+            _forget(state_file)
+            return 2
+        if idle:
+            print(
+                f"[run.sub] no new checkpoint under {results_dir} in this run: one more such run ends the job"
+            )
+        try:
+            os.makedirs(results_dir, exist_ok=True)
+            write_json(state_file, {"restarts": restarts, "idle_runs": idle})
+        except OSError:
+            pass  # an unwritable results directory: nothing to carry, the job requeues as before
+    print(f"[run.sub] stopped for a preemption with a checkpoint: requeueing job {job_id}", flush=True)
+    if subprocess.call(["scontrol", "requeue", job_id]) == 0:
+        return 0
     return status

@@ -4,8 +4,9 @@ pretraining launcher with two workers in a one-node allocation. SLURM's own sign
 shell (`scancel -b -s USR1`, the notice run.sub asks for before the time limit, and SIGTERM, a
 preemption's) stop the job with a checkpoint, run.sub requeues it, and the requeued job ends with
 exactly the weights of a job that was never stopped; a job whose time limit comes within run.sub's
-notice gets that notice from SLURM, requeues and completes; a worker killed outright fails the job
-with the launcher's error instead of hanging it. Two nodes: tests/test_multihost.py."""
+notice does not start its command and fails after one requeue, naming the time limit to raise,
+instead of requeueing forever, and SLURM's notice before a longer limit reaches the command; a worker killed outright fails the job with the launcher's error instead of
+hanging it. Two nodes: tests/test_multihost.py."""
 
 import json
 import os
@@ -120,11 +121,10 @@ SIGNALS = {"USR1": "srun", "TERM": "mpirun"}
 
 
 @pytest.fixture(scope="module")
-def stopped_jobs(slurm_cluster, workspace, time_limited_job):  # noqa: F811
+def stopped_jobs(slurm_cluster, workspace):  # noqa: F811
     """For each of SIGNALS, a job stopped by `scancel -b -s SIGNAL` once it logged an update, and
-    requeued: {signal: dict(id, results, log, fields)}. The jobs run side by side (the node has
-    slots for them), as does their requeued run with the next job's, and `time_limited_job`'s
-    minutes of waiting for SLURM."""
+    requeued: {signal: dict(id, results, log, fields)}. The jobs run one after the other (run.sub's
+    --exclusive), the second while the first waits to be eligible again."""
     jobs = {
         name: submit(slurm_cluster, workspace, f"stopped_{name}", launcher=how)
         for name, how in SIGNALS.items()
@@ -148,10 +148,13 @@ def stopped_jobs(slurm_cluster, workspace, time_limited_job):  # noqa: F811
 
 
 @pytest.fixture(scope="module")
-def straight(slurm_cluster, workspace, stopped_jobs):  # noqa: F811
+def straight(slurm_cluster, workspace, stopped_jobs, endless_job, time_limited_job):  # noqa: F811
     """The same command as the stopped jobs', never stopped: (job id, results, log), submitted
     while they wait to be eligible again (slurmctld holds a requeued job for its credentials'
-    lifetime, tests/slurm_cluster.py's CRED_EXPIRE_S)."""
+    lifetime, tests/slurm_cluster.py's CRED_EXPIRE_S), after `endless_job` and `time_limited_job`
+    (submitted only once the stopped jobs were seen requeued: run.sub's --exclusive runs one job at
+    a time, and their runs before the stopped jobs' could let one of those complete its requeued
+    run before the check that it requeued)."""
     return submit(slurm_cluster, workspace, "straight")
 
 
@@ -287,50 +290,82 @@ def test_run_squad_sh_fine_tunes_on_two_workers_and_predicts_as_a_job(slurm_clus
     )
 
 
-# Stands in for a training command under run.sub: it waits for the notice, then exits as a worker
-# stopped with a checkpoint does (75) the first time, and completes (0) the next.
+# Stands in for a training command under run.sub: it waits for the notice, then completes (0), or
+# with `endless` exits as a worker stopped for a notice does (75), every time (a job whose notice
+# comes before its first update).
 NOTICE_WAITER = """
-import os, signal, sys, time
+import signal, sys, time
 
-marker, started, notices = sys.argv[1], time.monotonic(), []
-first = not os.path.exists(marker)
-open(marker, "a").close()
+started, notices = time.monotonic(), []
 signal.signal(signal.SIGUSR1, lambda *_: notices.append(time.monotonic()))
 while not notices and time.monotonic() - started < 300:
     time.sleep(0.2)
 print(f"SIGUSR1 after {notices[0] - started:.0f} s" if notices else "no SIGUSR1 in 300 s", flush=True)
-sys.exit((75 if first else 0) if notices else 1)
+sys.exit((75 if sys.argv[1:] == ["endless"] else 0) if notices else 1)
 """
+
+
+def _submit_time_limited(cluster, root, minutes, *waiter_args):
+    """`sbatch --time=MINUTES scripts/run.sub python3 -c NOTICE_WAITER WAITER_ARGS...` with
+    RESULTSDIR=<root>/results (no checkpoint is ever written there): (job id, log, results)."""
+    env = {k: v for k, v in worker_env().items() if k not in LAUNCH_ENV}
+    env["HOROVOD_LAUNCHER"] = "mpirun"  # run.sub runs COMMAND once in the batch shell
+    env["RESULTSDIR"] = str(root / "results")
+    command = [shutil.which("python3") or "python3", "-c", NOTICE_WAITER, *waiter_args]
+    log = root / "job.out"
+    job_id = cluster.sbatch(
+        "-N", "1", f"--time={minutes}", f"--output={log}", "scripts/run.sub", *command, env=env
+    )
+    return job_id, log, root / "results"
 
 
 @pytest.fixture(scope="module")
 def time_limited_job(slurm_cluster, tmp_path_factory):  # noqa: F811
-    """`sbatch --time=2 scripts/run.sub` of NOTICE_WAITER, submitted first: (job id, log)."""
-    root = tmp_path_factory.mktemp("time_limit")
-    env = {k: v for k, v in worker_env().items() if k not in LAUNCH_ENV}
-    env["HOROVOD_LAUNCHER"] = "mpirun"  # run.sub runs COMMAND once in the batch shell
-    command = [shutil.which("python3") or "python3", "-c", NOTICE_WAITER, str(root / "started")]
-    log = root / "job.out"
-    return slurm_cluster.sbatch(
-        "-N", "1", "--time=2", f"--output={log}", "scripts/run.sub", *command, env=env
-    ), log
+    """`sbatch --time=3 scripts/run.sub` of NOTICE_WAITER, submitted first: (job id, log, results)."""
+    return _submit_time_limited(slurm_cluster, tmp_path_factory.mktemp("time_limit"), 3)
 
 
-def test_the_time_limits_notice_requeues_the_job_which_then_completes(slurm_cluster, time_limited_job):  # noqa: F811
-    """run.sub's own `--signal=B:USR1@120` with a time limit of 2 minutes: SLURM sends the batch
-    shell SIGUSR1 at once (the limit is within the notice's 120 s), the relay passes it to the
-    command, which stops as a worker does (75); the relay requeues the job, and the requeued run
-    completes: the job is COMPLETED, not TIMEOUT or FAILED. (How the workers stop on that notice
-    is the same as on scancel's: the tests above.)"""
-    job_id, log = time_limited_job
+@pytest.fixture(scope="module")
+def endless_job(slurm_cluster, tmp_path_factory):  # noqa: F811
+    """`sbatch --time=2`, within the notice, of NOTICE_WAITER stopping for every notice: (job id,
+    log, results)."""
+    return _submit_time_limited(slurm_cluster, tmp_path_factory.mktemp("endless"), 2, "endless")
+
+
+def test_the_time_limits_notice_reaches_the_command(slurm_cluster, time_limited_job):  # noqa: F811
+    """run.sub's own `--signal=B:USR1@120` with a time limit of 3 minutes: SLURM sends the batch
+    shell SIGUSR1 a minute into the job, and the relay passes it on to the command (which then
+    completes: COMPLETED, not TIMEOUT). (How the workers stop on that notice, and the requeue that
+    follows, are as on scancel's: the tests above.)"""
+    job_id, log, results = time_limited_job
     fields = _finished(slurm_cluster, job_id, 400)
-    assert (fields["JobState"], fields["ExitCode"], fields["Restarts"]) == ("COMPLETED", "0:0", "1"), _tail(
+    assert (fields["JobState"], fields["ExitCode"], fields["Restarts"]) == ("COMPLETED", "0:0", "0"), _tail(
         log
     )
-    assert fields["TimeLimit"] == "00:02:00"
+    assert fields["TimeLimit"] == "00:03:00"
+    # 60 s before the notice is due, and SLURM's check of time limits runs every 30 s.
+    seconds = int(log.read_text().split("SIGUSR1 after ", 1)[1].split(" s", 1)[0])
+    assert 45 <= seconds <= 100, log.read_text()
+    assert not list(results.glob(".requeue-*"))
+
+
+def test_a_job_whose_notice_comes_before_any_checkpoint_ends_after_one_requeue(slurm_cluster, endless_job):  # noqa: F811
+    """A time limit within run.sub's notice (2 minutes, the notice 120 s before it): the notice comes
+    as the job starts, so the relay does not start the command (a training would stop before its
+    first update, without a checkpoint); instead of requeueing forever, it requeues once (as for a
+    preemption during a start-up) and then ends the job FAILED with one sentence that names
+    SLURM's time limit to raise."""
+    job_id, log, results = endless_job
+    fields = _finished(slurm_cluster, job_id, 400)
+    assert (fields["JobState"], fields["ExitCode"], fields["Restarts"]) == ("FAILED", "2:0", "1"), _tail(log)
     first, second = log.read_text().split(f"requeueing job {job_id}\n", 1)
-    assert "[run.sub] stopped for a preemption with a checkpoint" in first
-    # SLURM's check of time limits runs every 30 s: the notice comes within about that.
     for run in (first, second):
-        seconds = int(run.split("SIGUSR1 after ", 1)[1].split(" s", 1)[0])
-        assert seconds <= 70, run
+        assert "before the command started: not starting it" in run and "SIGUSR1 after" not in run
+    assert f"[run.sub] no new checkpoint under {results} in this run: one more such run ends the job" in first
+    assert (
+        f"[run.sub] job {job_id} stopped 2 times in a row without a new checkpoint under {results}, so it is "
+        "not requeued again: its time limit (TimeLimit=00:02:00) leaves no room for run.sub's notice "
+        "(--signal=B:USR1@120, 120 s before the limit), the start-up and one checkpoint; raise the limit "
+        "(sbatch --time=MINUTES, or #SBATCH --time) and submit it again." in second
+    ), second
+    assert "requeueing" not in second and not list(results.glob(".requeue-*"))
