@@ -334,7 +334,7 @@ def endless_job(slurm_cluster, tmp_path_factory):  # noqa: F811
 
 def test_the_time_limits_notice_reaches_the_command(slurm_cluster, time_limited_job):  # noqa: F811
     """run.sub's own `--signal=B:USR1@120` with a time limit of 3 minutes: SLURM sends the batch
-    shell SIGUSR1 a minute into the job, and the relay passes it on to the command (which then
+    shell SIGUSR1 within the job's first 100 s, and the relay passes it on to the command (which then
     completes: COMPLETED, not TIMEOUT). (How the workers stop on that notice, and the requeue that
     follows, are as on scancel's: the tests above.)"""
     job_id, log, results = time_limited_job
@@ -343,9 +343,10 @@ def test_the_time_limits_notice_reaches_the_command(slurm_cluster, time_limited_
         log
     )
     assert fields["TimeLimit"] == "00:03:00"
-    # 60 s before the notice is due, and SLURM's check of time limits runs every 30 s.
+    # Due 60 s into the job; sbatch's --signal may come up to 60 s earlier than due (measured: 35 s
+    # into the command under CI's load, 57 s idle), and SLURM checks time limits every 30 s.
     seconds = int(log.read_text().split("SIGUSR1 after ", 1)[1].split(" s", 1)[0])
-    assert 45 <= seconds <= 100, log.read_text()
+    assert 0 <= seconds <= 100, log.read_text()
     assert not list(results.glob(".requeue-*"))
 
 
