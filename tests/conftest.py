@@ -49,7 +49,7 @@ def xla_default_effort(env: dict) -> dict:
     return {k: v for k, v in env.items() if k != "XLA_FLAGS"} | ({"XLA_FLAGS": flags} if flags else {})
 
 
-from tiny_pretraining import tiny_bert_config  # noqa: E402
+from tools.tiny_pretraining import tiny_bert_config  # noqa: E402
 
 BIN = os.path.dirname(sys.executable)
 

@@ -10,7 +10,7 @@ import os
 import tensorflow as tf
 
 from conftest import ROOT
-from tiny_pretraining import CONFIG
+from tools.tiny_pretraining import CONFIG
 
 # Shapes: B batch, S sequence, D hidden, C classes.
 D = CONFIG["hidden_size"]

@@ -10,7 +10,7 @@ import tensorflow as tf
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bert.pretraining import BertPretrainer, pretraining_losses  # noqa: E402
 from tests.conftest import random_batch  # noqa: E402
-from tests.tiny_pretraining import tiny_bert_config  # noqa: E402
+from tools.tiny_pretraining import tiny_bert_config  # noqa: E402
 from training.distributed import Distributed  # noqa: E402
 
 

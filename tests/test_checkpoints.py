@@ -24,7 +24,7 @@ from bert.pretraining import BertPretrainer
 from common.errors import UserError
 from conftest import ROOT, random_batch
 from finetuning_runs import D
-from tiny_pretraining import CONFIG
+from tools.tiny_pretraining import CONFIG
 
 
 def _outputs(model, batch):

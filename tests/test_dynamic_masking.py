@@ -324,7 +324,7 @@ def test_evaluation_masks_the_same_each_time(unmasked_files):
 
 
 def test_masked_and_unmasked_files_together_are_refused(unmasked_files, tmp_path):
-    import tiny_pretraining
+    from tools import tiny_pretraining
 
     masked = tiny_pretraining.write_records(tmp_path / "masked.tfrecord", 4, seed=0, seq=24, predictions=5)
     with pytest.raises(UserError) as e:

@@ -637,7 +637,7 @@ def tiny_pretrained(tmp_path, text_files) -> dict:
     from bert.config import BertConfig
     from bert.encoder import BertEncoder
     from bert.tokenization import SPECIAL_TOKENS
-    from tiny_pretraining import CONFIG
+    from tools.tiny_pretraining import CONFIG
 
     words = set()
     for path in text_files:

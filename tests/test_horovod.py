@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from bert.pretraining import BertPretrainer, pretraining_losses
 from conftest import BIN, ROOT, random_batch, worker_env
-from tiny_pretraining import tiny_bert_config
+from tools.tiny_pretraining import tiny_bert_config
 
 pytestmark = [pytest.mark.slow, pytest.mark.process]
 
@@ -181,7 +181,7 @@ def two_workers(tmp_path_factory):
     """One horovodrun launch: a train-step update and a tiny run_pretraining job, both ranks."""
     import json
 
-    import tiny_pretraining as tiny
+    from tools import tiny_pretraining as tiny
 
     if not os.path.exists(os.path.join(BIN, "horovodrun")):
         pytest.fail("horovodrun is missing: scripts/setup.sh builds Horovod")
@@ -232,7 +232,7 @@ def test_run_pretraining_under_horovodrun_leaves_both_workers_identical_and_resu
     import json
 
     import run_pretraining
-    import tiny_pretraining as tiny
+    from tools import tiny_pretraining as tiny
 
     workdir, data, job, launch = two_workers
     out = workdir / "job"

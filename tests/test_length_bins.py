@@ -13,8 +13,8 @@ import pytest
 import tensorflow as tf
 
 import run_pretraining
-import tiny_pretraining as tiny
 from conftest import BIN, notice_after_step, packed_rows, worker_env
+from tools import tiny_pretraining as tiny
 from training.data_order import GROUP_BATCHES, rows_in_order, worker_micro_batches
 from training.length_bins import bin_length, by_length, deal_by_length, resolved_bin_size, trim
 from training.preemption import request_stop

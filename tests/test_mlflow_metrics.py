@@ -178,7 +178,7 @@ def test_a_pretraining_logs_its_training_metrics_and_its_final_evaluation_once(t
     """Pretraining's evaluation after training reaches MLflow once, at the final step, under
     eval_results.json's names (Google's masked_lm_accuracy, ...)."""
     import run_pretraining
-    import tiny_pretraining as tiny
+    from tools import tiny_pretraining as tiny
 
     output = tmp_path / "run"
     paths = tiny.setup(tmp_path / "data", files=1, per_file=16, eval_per_file=8)

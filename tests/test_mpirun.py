@@ -32,7 +32,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.process]
 
 
 def _tiny_config():
-    from tiny_pretraining import tiny_bert_config
+    from tools.tiny_pretraining import tiny_bert_config
 
     # Dropout off: the runs being compared must not depend on per-process random streams.
     return tiny_bert_config(dropout=False)

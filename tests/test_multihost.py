@@ -35,9 +35,9 @@ import numpy as np
 import pytest
 
 import netns_hosts
-import tiny_pretraining as tiny
 from conftest import LAUNCH_ENV, ROOT, worker_env
 from launch.workers import UsageError, expand_hostlist, slurm_hosts, tasks_per_node, trial_prefix
+from tools import tiny_pretraining as tiny
 
 BATCH = {1: 2, 2: 1}  # per-worker micro-batch of each phase (phase 2: 2 updates from 1 phase-1 update)
 SHAPES = {1: (128, 20), 2: (512, 80)}  # the launcher's phases

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import tiny_pretraining as tiny
 from conftest import packed_rows
 from data.pretraining import schema
+from tools import tiny_pretraining as tiny
 from training import packing
 
 

@@ -23,7 +23,6 @@ import psutil
 import pytest
 import tensorflow as tf
 
-import tiny_pretraining as tiny
 from common.errors import PREEMPTED_EXIT_STATUS
 from conftest import (
     LAUNCH_ENV,
@@ -36,6 +35,7 @@ from conftest import (
     pretraining_workspace,
     worker_env,
 )
+from tools import tiny_pretraining as tiny
 
 pytestmark = [pytest.mark.slow, pytest.mark.process]
 STEPS, SAVE_EVERY, STOP_AFTER = 10, 4, 5  # checkpoints at 4, 8, 10; the notice after step 5

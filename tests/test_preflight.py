@@ -18,10 +18,10 @@ import psutil
 import pytest
 
 import run_pretraining
-import tiny_pretraining as tiny
 from bert.config import BertConfig
 from common.heartbeat import Heartbeat
 from conftest import BIN, ROOT, worker_env
+from tools import tiny_pretraining as tiny
 from training.preflight import (
     HEARTBEAT_DIR,
     Joining,

@@ -21,9 +21,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import tiny_pretraining as tiny
 from conftest import BIN, notice_after_step, worker_env
 from test_preemption import STEPS, STOP_AFTER, _arrays, _assert_identical, pretraining_command, rank_process
+from tools import tiny_pretraining as tiny
 
 pytestmark = [pytest.mark.slow, pytest.mark.process]
 HOROVODRUN = [os.path.join(BIN, "horovodrun"), "-np", "2", "-H", "localhost:2", "--gloo", sys.executable]

@@ -17,10 +17,10 @@ import pytest
 import tensorflow as tf
 
 import run_pretraining
-import tiny_pretraining as tiny
 from conftest import BIN, worker_env
 from data.pretraining import schema, tfrecord
 from test_loop import _batches, _log, _step
+from tools import tiny_pretraining as tiny
 from training import loop
 from training.checkpointing import SEQUENCES_KEY, Checkpointer, latest_checkpoint
 from training.data_order import Position, records_in_order

@@ -10,8 +10,8 @@ import pytest
 import tensorflow as tf
 
 import run_pretraining
-import tiny_pretraining as tiny
 from common import cli
+from tools import tiny_pretraining as tiny
 
 
 @pytest.fixture(scope="module")

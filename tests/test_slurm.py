@@ -18,11 +18,11 @@ import psutil
 import pytest
 import tensorflow as tf
 
-import tiny_pretraining as tiny
 from conftest import LAUNCH_ENV, ROOT, logged_steps, pretraining_workspace, worker_env
 from slurm_cluster import MARK, slurm_cluster  # noqa: F401 (the session's cluster, a fixture)
 from test_finetuning_launchers import tiny_pretrained
 from test_preemption import _assert_identical, _stopped_at
+from tools import tiny_pretraining as tiny
 
 pytestmark = [pytest.mark.slow, pytest.mark.process]
 # Phase 1: 90 updates of 2 x 4 sequences (tens of ms each: seconds for the notice to land in the

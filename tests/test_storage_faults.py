@@ -22,9 +22,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import tiny_pretraining as tiny
 from common.errors import PREEMPTED_EXIT_STATUS
 from conftest import BIN, ROOT, worker_env
+from tools import tiny_pretraining as tiny
 
 pytestmark = [pytest.mark.slow, pytest.mark.process]
 STEPS, SAVE_EVERY, KEEP = 10, 2, 3  # checkpoints at 2, 4, ..., 10; 6, 8 and 10 are kept

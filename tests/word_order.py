@@ -11,7 +11,7 @@ import sysconfig
 from bert.config import BertConfig
 from bert.tokenization import SPECIAL_TOKENS, WordPieceTokenizer
 from data.corpus import stdlib_text
-from tiny_pretraining import CONFIG
+from tools.tiny_pretraining import CONFIG
 
 # Standard-library modules whose docstrings are plain English prose.
 PROSE_MODULES = (

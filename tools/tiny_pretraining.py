@@ -1,4 +1,4 @@
-"""A tiny pretraining setup on disk for the job's tests: config, vocab and TFRecords.
+"""A tiny pretraining setup on disk (config, vocab and TFRecords) for the tests and the fault soak.
 
 Records hold learnable structure (token k+1 follows token k) so that a few updates move the
 loss, different numbers of masks per row, and both NSP labels. With masking="dynamic" they are
