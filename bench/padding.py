@@ -103,6 +103,48 @@ def wikipedia_records(work_dir: str, xml_mb: float) -> tuple[dict, str]:
     return files(), fixtures.bert_base_vocab()
 
 
+def docstring_records(work_dir: str) -> tuple[dict, str]:
+    """({phase: training TFRecord files}, vocab) of many short documents: every docstring of the
+    installed Python's modules its own document (data.corpus.stdlib_text.build_docstring_corpus),
+    through scripts/data_download.sh with the quickstart's vocab, shards and dupe factor."""
+    from data.corpus import stdlib_text
+
+    _, vocab, _ = quickstart_records(work_dir)
+    data = os.path.join(work_dir, "docstrings")
+
+    def files():
+        return {
+            p: sorted(
+                glob.glob(
+                    os.path.join(
+                        data, "tfrecord", f"*seq_len_{paths.PHASE_SHAPES[p][0]}_*", "*", "training", "*"
+                    )
+                )
+            )
+            for p in (1, 2)
+        }
+
+    if not all(files().values()):
+        corpus = os.path.join(data, "corpus.txt")
+        os.makedirs(data, exist_ok=True)
+        stdlib_text.build_docstring_corpus(corpus, 4.0)
+        shards = [arg for name, value in paths.QUICKSTART_SHARDS.items() for arg in (f"--{name}", str(value))]
+        harness.run(
+            [
+                "bash",
+                os.path.join(ROOT, "scripts", "data_download.sh"),
+                "--data_dir",
+                data,
+                "--corpus",
+                corpus,
+            ]
+            + ["--dataset", "docstrings", "--vocab_file", vocab, *shards]
+            + ["--dupe_factor", str(paths.QUICKSTART_DUPE_FACTOR)],
+            "data_download.sh (docstrings)",
+        )
+    return files(), vocab
+
+
 # ----------------------------------------------------------------------------------- models
 
 
@@ -124,6 +166,12 @@ def vocab_size(vocab: str) -> int:
 
 
 PACKED = "packed"
+# --sets: the record sets' names in the table
+SETS = {
+    "quickstart": "quickstart corpus",
+    "wikipedia": "generated Wikipedia",
+    "docstrings": "stdlib docstrings",
+}
 
 
 def packed(bin_size: int) -> str:
@@ -431,6 +479,12 @@ def parse_args(argv=None):
     )
     p.add_argument("--only", choices=("pretraining", "squad", "glue"), action="append")
     p.add_argument(
+        "--sets",
+        type=harness.comma_list(choices=SETS),
+        default="quickstart,wikipedia",
+        help=f"pretraining record sets ({', '.join(SETS)}; wikipedia only with --xml_mb > 0)",
+    )
+    p.add_argument(
         "--phases",
         type=harness.comma_list(int, choices=(1, 2)),
         default="1,2",
@@ -510,9 +564,11 @@ def groups(args) -> list[dict]:
     vocab = args.vocab or vocab
     specs = []
     if "pretraining" in only:
-        sets = [("quickstart corpus", quick, vocab)]
-        if args.xml_mb:
+        sets = [("quickstart corpus", quick, vocab)] if "quickstart" in args.sets else []
+        if args.xml_mb and "wikipedia" in args.sets:
             sets.append(("generated Wikipedia", *wikipedia_records(args.work_dir, args.xml_mb)))
+        if "docstrings" in args.sets:
+            sets.append((SETS["docstrings"], *docstring_records(args.work_dir)))
         for name, files, set_vocab in sets:
             for phase in args.phases:
                 for recipe in args.recipes:

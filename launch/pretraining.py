@@ -64,7 +64,17 @@ SETTINGS = (
         choices=("static", "dynamic"),
         positional=False,
     ),
-    Setting.of_field(JobSettings, "bin_size"),
+    Setting(
+        "padding",
+        "auto",
+        "choice",
+        "auto: each phase's layout (padded, bins of 32/64/128, packed, packed + bins) picked before "
+        "training from its records' lengths (training/layout_choice.py); fixed: --bin_size and "
+        "--packing_phaseN as given. A --bin_size or --packing_phaseN given wins over auto",
+        choices=("auto", "fixed"),
+        positional=False,
+    ),
+    Setting.of_field(JobSettings, "bin_size", passed_on=False),
     *(
         Setting(
             f"packing_phase{n}",
@@ -315,7 +325,56 @@ def _resolve_paths(launch) -> dict:
     }
 
 
-def _phase_flags(phase: Phase, v: dict, paths: dict, init: str, workers: int) -> list:
+def _given(launch, name: str) -> bool:
+    return launch.source[name] != "default"
+
+
+def choose_layout(launch, phase: Phase, paths: dict) -> tuple:
+    """(bin_size, packing, how) of `phase`: what --bin_size / --packing_phaseN say when --padding is
+    fixed or either was given; else the layout training/layout_choice.py predicts cheapest for a
+    sample of the phase's training records (no TensorFlow), or the flags' defaults when there are
+    none to read yet (a --dry_run before the data). `how` is the summary's text."""
+    v, n = launch.value, phase.number
+    packing_flag = f"packing_phase{n}"
+    fixed = (v["bin_size"], v[packing_flag])
+
+    def named(bin_size, packing):
+        from training.layout_choice import Layout
+
+        return Layout(0 if bin_size >= phase.max_seq_length else bin_size, packing).name
+
+    if launch.text["padding"] == "fixed" or _given(launch, "bin_size") or _given(launch, packing_flag):
+        given = [f"{x} from {launch.source[x]}" for x in ("bin_size", packing_flag) if _given(launch, x)]
+        why = " and ".join(given) if given else f"padding fixed, from {launch.source['padding']}"
+        return (*fixed, f"{named(*fixed)} ({why})")
+    files = sorted(glob.glob(os.path.join(paths[f"phase{n}_data"], "training", "*")))
+    from training import layout_choice
+
+    try:
+        from bert.config import read_config_file
+
+        config = read_config_file(paths["bert_config"])
+        found = layout_choice.for_records(
+            files,
+            config,
+            phase.max_seq_length,
+            phase.max_predictions_per_seq,
+            phase.batch,
+            phase.accumulation,
+        )
+    except (UserError, OSError, ValueError):
+        found = None  # check_inputs names the config or file before training starts
+    if found is None:
+        return (*fixed, f"auto: {named(*fixed)} until there are records to read in {paths[f'phase{n}_data']}")
+    chosen, predictions = found
+    return (
+        chosen.layout.bin_size,
+        chosen.layout.packing,
+        f"auto: {layout_choice.describe(chosen, predictions)}",
+    )
+
+
+def _phase_flags(phase: Phase, v: dict, paths: dict, init: str, workers: int, layout: tuple) -> list:
     data = paths[f"phase{phase.number}_data"]
     flags = [
         ("bert_config_file", paths["bert_config"]),
@@ -337,7 +396,9 @@ def _phase_flags(phase: Phase, v: dict, paths: dict, init: str, workers: int) ->
         ("use_horovod", "true" if workers > 1 else "false"),
         ("do_train", "true"),
     ]
-    if v[f"packing_phase{phase.number}"]:
+    bin_size, packing, _ = layout
+    flags.append(("bin_size", bin_size))
+    if packing:
         flags.append(("packing", "true"))
     if v["do_eval"]:
         flags += [("do_eval", "true"), ("eval_files", os.path.join(data, "test", "*"))]
@@ -354,6 +415,7 @@ ORIGIN = {
     "init_checkpoint": "init_checkpoint",
     "use_horovod": "num_gpus",
     "packing": "packing_phase{n}",
+    "bin_size": "bin_size",
     "do_eval": "do_eval",
 }
 
@@ -371,11 +433,12 @@ def plan(launch, which: str) -> Plan:
         1: paths["init_checkpoint"],
         2: first_output if which == "both" else paths["init_checkpoint"] or first_output,
     }
+    layouts = {n: choose_layout(launch, phases[n], paths) for n in run_phases}
     commands = {
         n: launch.command(
             [
                 (f, x, ORIGIN.get(f, "").format(n=n))
-                for f, x in _phase_flags(phases[n], v, paths, init[n], workers.count)
+                for f, x in _phase_flags(phases[n], v, paths, init[n], workers.count, layouts[n])
             ]
         )
         for n in run_phases
@@ -395,7 +458,8 @@ def plan(launch, which: str) -> Plan:
             *workers.scaling(p.batch, p.learning_rate, p.accumulation),
             f"  warmup steps       = {p.warmup}",
             f"  precision          = {v['precision']}, xla {'on' if v['use_xla'] else 'off'}",
-            f"  packing            = {'on' if v[f'packing_phase{n}'] else 'off'}",
+            f"  padding            = {layouts[n][2]}",
+            f"  packing            = {'on' if layouts[n][1] else 'off'}",
             f"  data               = {paths[f'phase{n}_data']}",
             f"  output             = {phase_output(paths['results_dir'], n)}",
         ]

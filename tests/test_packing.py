@@ -252,3 +252,48 @@ def test_packed_training_ends_where_padded_and_binned_training_ends(tmp_path, ca
     assert [r["step"] for r in logged] == [r["step"] for r in expected]
     for packed_row, padded_row in zip(logged, expected):
         assert packed_row["loss"] == pytest.approx(padded_row["loss"], rel=1e-5)
+
+
+@pytest.mark.slow
+def test_the_layout_padding_auto_picks_ends_where_padded_training_ends(tmp_path, capsys):
+    """--padding auto's pick (training/layout_choice.py, here among padded, bins of 4 and 8, packed
+    and packed + bins for records of 5 to 16 tokens in rows of 16) trains 4 updates of 2 x 8 to the
+    padded run's weights within 1e-5, whatever it picks; on these short records it packs."""
+    import glob
+
+    import run_pretraining
+    from bert.config import read_config_file
+    from training import layout_choice
+    from training.layout_choice import Layout
+
+    paths = tiny.setup(tmp_path / "data", per_file=40, dropout=False, min_length=5)
+    layouts = (Layout(0, False), Layout(4, False), Layout(8, False), Layout(0, True), Layout(4, True))
+    chosen, _ = layout_choice.for_records(
+        sorted(glob.glob(paths["input_files"])),
+        read_config_file(paths["bert_config_file"]),
+        tiny.SEQ,
+        tiny.PREDICTIONS,
+        8,
+        2,
+        layouts,
+    )
+    assert chosen.layout.packing
+    common = dict(
+        train_batch_size=8,
+        num_accumulation_steps=2,
+        num_train_steps=4,
+        save_checkpoints_steps=4,
+        do_eval="false",
+        use_xla="false",
+    )
+    runs = {
+        "padded": {"bin_size": 0},
+        "auto": {"bin_size": chosen.layout.bin_size, "packing": str(chosen.layout.packing).lower()},
+    }
+    for name, overrides in runs.items():
+        assert run_pretraining.main(tiny.flags(paths, tmp_path / name, **common, **overrides)) == 0, name
+        capsys.readouterr()
+    padded, auto = _final_weights(tmp_path / "padded"), _final_weights(tmp_path / "auto")
+    assert set(auto) == set(padded)
+    for variable, value in padded.items():
+        np.testing.assert_allclose(auto[variable], value, rtol=0, atol=1e-5, err_msg=variable)

@@ -247,6 +247,52 @@ def test_packing_is_set_per_phase_and_reaches_that_phase_alone():
     assert "packing" not in flags(commands[1]) and flags(commands[2])["packing"] == "true"
 
 
+def _padding_lines(out):
+    return dict(re.findall(r"^phase (\d): seq (?:.*\n)+?  padding += (.*)$", out, re.M))
+
+
+def test_padding_auto_picks_each_phases_layout_from_its_records_and_given_flags_win(tmp_path):
+    """Records of 7 tokens: auto packs both phases (the predicted shares in the summary); a given
+    --bin_size or --packing_phaseN fixes the phases it touches, as --padding fixed fixes both."""
+    env = pretraining_workspace(tmp_path)
+    result = launch("--dry_run", "--preset", "cpu_tiny", env=env)
+    assert result.returncode == 0, result.stderr
+    assert re.search(r"^  padding +  = auto +\(default\)$", result.stdout, re.M)
+    lines = _padding_lines(result.stdout)
+    commands = {
+        int(n): flags(shlex.split(c)) for n, c in re.findall(r"^  phase (\d): (.*)$", result.stdout, re.M)
+    }
+    for n in ("1", "2"):
+        assert re.match(r"auto: packed(, bins of \d+)? \(predicted real-token share 0\.\d\d, ", lines[n]), (
+            lines[n]
+        )
+        assert f"; padded {7 / (128 if n == '1' else 512):.2f}, bins 32 " in lines[n], lines[n]
+        bins = re.match(r"auto: packed, bins of (\d+)", lines[n])
+        assert commands[int(n)]["packing"] == "true"
+        assert commands[int(n)]["bin_size"] == (bins.group(1) if bins else "0")
+    cases = {
+        ("--bin_size=32",): {
+            1: "bins of 32 (bin_size from --bin_size)",
+            2: "bins of 32 (bin_size from --bin_size)",
+        },
+        ("--packing_phase2=false",): {2: "bins of 64 (packing_phase2 from --packing_phase2)"},
+        ("--padding=fixed",): {n: "bins of 64 (padding fixed, from --padding)" for n in (1, 2)},
+    }
+    for args, expected in cases.items():
+        result = launch("--dry_run", "--preset", "cpu_tiny", *args, env=env)
+        assert result.returncode == 0, result.stderr
+        lines = _padding_lines(result.stdout)
+        commands = {
+            int(n): flags(shlex.split(c)) for n, c in re.findall(r"^  phase (\d): (.*)$", result.stdout, re.M)
+        }
+        for n in (1, 2):
+            if n in expected:
+                assert lines[str(n)] == expected[n], args
+                assert "packing" not in commands[n] and commands[n]["bin_size"] == expected[n].split()[2]
+            else:
+                assert lines[str(n)].startswith("auto: packed"), args
+
+
 def test_a_flag_after_dashes_that_contradicts_a_phase_setting_names_that_phases_setting():
     result = launch("--dry_run", "--packing_phase2=true", "--", "--packing=false")
     assert result.returncode == 2

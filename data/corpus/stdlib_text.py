@@ -101,3 +101,41 @@ def build_corpus(path: str, megabytes: float, roots=None, progress=None) -> dict
 
         raise UserError(f"No prose found under {', '.join(roots or [])} to build a corpus from.")
     return stats
+
+
+def docstring_sentences(path: str) -> list[list[str]]:
+    """The prose sentences of each docstring of one .py file, a list per docstring."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except (UnicodeDecodeError, OSError):
+        return []
+    out = []
+    for match in _DOCSTRING.finditer(text):
+        body = _MARKUP.sub(" ", match.group(1))
+        out.append(
+            [s.strip() for p in _paragraphs(body) for s in _SENTENCE_END.split(p) if len(s.strip()) > 1]
+        )
+    return out
+
+
+def build_docstring_corpus(path: str, megabytes: float, roots=None) -> dict:
+    """Writes about `megabytes` MB of many short documents to `path` (atomically): every docstring
+    of two sentences or more is its own document (one sentence per line, a blank line between
+    documents), so a few long module docstrings sit among many short function ones.
+    Returns {documents, bytes}."""
+    target = int(megabytes * 1e6)
+    stats = {"documents": 0, "bytes": 0}
+    with atomic_write(path) as out:
+        for source in source_files(roots):
+            if not source.endswith(".py"):
+                continue
+            for sentences in docstring_sentences(source):
+                if len(sentences) >= 2:
+                    text = "\n".join(sentences) + "\n\n"
+                    out.write(text)
+                    stats["documents"] += 1
+                    stats["bytes"] += len(text.encode("utf-8"))
+            if stats["bytes"] >= target:
+                break
+    return stats

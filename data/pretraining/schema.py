@@ -350,6 +350,53 @@ def example_lengths(data):
     return out
 
 
+def _sum_varints(data):
+    total, i = 0, 0
+    while i < len(data):
+        value, i = _read_varint(data, i)
+        total += value
+    return total
+
+
+def real_tokens(data):
+    """The real tokens of one serialized tf.train.Example: the ones in its input_mask (read from
+    the wire format as `example_lengths` reads it; no TensorFlow). Raises ValueError on bytes that
+    are not an Example with an input_mask."""
+    for number, wire, features in _fields(data):
+        if number != 1 or wire != 2:
+            continue
+        for number, wire, entry in _fields(features):
+            if number != 1 or wire != 2:
+                continue
+            fields = list(_fields(entry))
+            if not any(f == 1 and w == 2 and payload == INPUT_MASK.encode() for f, w, payload in fields):
+                continue
+            ones = 0
+            for field, field_wire, payload in fields:
+                if field != 2 or field_wire != 2:
+                    continue
+                for list_field, list_wire, values in _fields(payload):
+                    if list_field != 3 or list_wire != 2:
+                        continue
+                    for value_field, value_wire, value in _fields(values):  # Int64List's values
+                        if value_field == 1 and value_wire == 0:
+                            ones += value
+                        elif value_field == 1 and value_wire == 2:  # packed; 0 and 1 are a byte each
+                            ones += sum(value) if max(value, default=0) < 0x80 else _sum_varints(value)
+            return ones
+    raise ValueError(f"a record without {INPUT_MASK!r}")
+
+
+def sample_real_tokens(files, limit: int = 4096) -> list:
+    """Real tokens of up to `limit` records, the first ones of each file in equal parts (records
+    are written shuffled within a shard): the lengths `training.layout_choice` predicts from."""
+    per_file = max(1, -(-limit // max(1, len(files))))
+    out = []
+    for path in files:
+        out += [real_tokens(r) for r in read_records(path, verify=False, limit=per_file)]
+    return out
+
+
 # ---- checking files ------------------------------------------------------------------------
 
 
