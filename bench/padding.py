@@ -63,17 +63,17 @@ def quickstart_records(work_dir: str) -> tuple[dict, str, str]:
     """({phase: training TFRecord files}, vocab file, python_qa dir) of the quickstart's data
     commands, run under work_dir/quickstart/data when missing."""
     data = quickstart_data_root(work_dir)
-
-    def files():
-        return {
-            p: sorted(glob.glob(os.path.join(paths.quickstart_records(data, p), "training", "*")))
-            for p in (1, 2)
-        }
-
-    if not all(files().values()):
+    if not all(quickstart_files(data).values()):
         harness.log("building the quickstart's corpus and records (a few minutes)")
         fixtures.quickstart_data(data)
-    return files(), paths.quickstart_vocab(data), fixtures.python_qa(data)
+    return quickstart_files(data), paths.quickstart_vocab(data), fixtures.python_qa(data)
+
+
+def quickstart_files(data: str) -> dict:
+    """{phase: the quickstart's training TFRecord files} under the data root `data` (none yet: [])."""
+    return {
+        p: sorted(glob.glob(os.path.join(paths.quickstart_records(data, p), "training", "*"))) for p in (1, 2)
+    }
 
 
 def quickstart_data_root(work_dir: str) -> str:

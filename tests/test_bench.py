@@ -580,28 +580,93 @@ def test_masking_quality(tmp_path):
     assert re.search(r"held out at seq 512: [\d,]+ masked positions", out)
 
 
-@pytest.mark.process
-def test_padding(tmp_path):
+def _quickstart_records(data: str, count: int = 80) -> None:
+    """Records of 8 to seq / 2 tokens where the quickstart's data commands put theirs."""
     import random
-    import shutil
 
     from data import paths
     from data.pretraining import schema, tfrecord
 
-    # The quickstart's layout with small records of varied lengths, so nothing is built.
-    data = str(tmp_path / "quickstart" / "data")
     rng = random.Random(0)
     for phase, (seq, predictions) in ((1, (128, 20)), (2, (512, 80))):
         directory = os.path.join(paths.quickstart_records(data, phase), "training")
         os.makedirs(directory)
         with tfrecord.RecordWriter(os.path.join(directory, "part-0.tfrecord")) as writer:
-            for _ in range(80):
+            for _ in range(count):
                 n = rng.randrange(8, seq // 2)
                 ids = [2] + [rng.randrange(5, 60) for _ in range(n - 2)] + [3]
                 features = schema.pad_features(
                     ids, [0] * n, [1, 2], [ids[1], ids[2]], False, seq, predictions
                 )
                 writer.write(schema.serialize_example(features))
+
+
+def test_layout_choice_sets_the_pick_beside_a_padding_records_measured_layouts(tmp_path, capsys):
+    """bench/layout_choice.py on a padding record of the quickstart's phase 2 (records of 8 to 255
+    tokens at 512): the prediction beside each measured row, and per group the pick, the fastest
+    and the pick's speed over the fastest's."""
+    from bench import layout_choice, records
+
+    data = str(tmp_path / "quickstart" / "data")
+    _quickstart_records(data)
+    from data import paths
+
+    os.makedirs(os.path.dirname(paths.quickstart_vocab(data)))
+    with open(paths.quickstart_vocab(data), "w") as f:
+        f.write("".join(f"w{i}\n" for i in range(60)))
+    headers = [
+        "input",
+        "work: batch",
+        "bin",
+        "real tokens",
+        "worker spread",
+        "seq/s",
+        "vs bin 0",
+        "compile s",
+    ]
+    measured = [("0", "1.00x"), ("64", "1.60x"), ("packed", "2.10x"), ("packed, 64", "2.05x")]
+    rows = [
+        ["quickstart corpus phase 2 (seq 512)", "quickstart: 8 x 4", b, "50%", "-", "9", r, "1"]
+        for b, r in measured
+    ]
+    results = tmp_path / "results"
+    results.mkdir()
+    tables_printed, _ = records.parse_output("T\n" + harness.markdown_table(headers, rows) + "\n")
+    record = {"benchmark": "padding", "options": ["--only", "pretraining"], "date": "2026-12-07"}
+    record.update(
+        command="python -m bench padding --only pretraining", commit="0000000", tables=tables_printed
+    )
+    (results / "padding.json").write_text(json.dumps({"records": [record]}))
+    layout_choice.main(["--work_dir", str(tmp_path), "--results", str(results)])
+    (detail_header, detail), (_, summary) = tables(capsys.readouterr().out)
+    assert detail_header[-3:] == ["vs padded", "predicted vs padded", "auto"]
+    assert [row[2] for row in detail] == ["padded", "bins of 64", "packed", "packed, bins of 64"]
+    assert [row[5] for row in detail] == [r for _, r in measured]
+    predicted = [float(row[6][:-1]) for row in detail]
+    assert predicted[0] == 1.0 and min(predicted[1:]) > 1.5  # lengths below 256: two or more a row
+    assert 0.2 < float(detail[0][4][:-1]) / 100 < 0.3  # a mean of about 131 of 512 tokens
+    picked = next(row[2] for row in detail if row[7] == "auto")
+    assert float(next(row[6] for row in detail if row[7] == "auto")[:-1]) >= max(predicted) / 1.03
+    assert summary == [
+        [
+            "quickstart corpus phase 2 (seq 512)",
+            "quickstart: 8 x 4",
+            picked,
+            "packed (2.10x)",
+            f"{dict(zip([r[2] for r in detail], [float(r[5][:-1]) for r in detail]))[picked] / 2.10:.2f}",
+        ]
+    ]
+
+
+@pytest.mark.process
+def test_padding(tmp_path):
+    import shutil
+
+    from data import paths
+
+    # The quickstart's layout with small records of varied lengths, so nothing is built.
+    data = str(tmp_path / "quickstart" / "data")
+    _quickstart_records(data)
     vocab = paths.quickstart_vocab(data)
     os.makedirs(os.path.dirname(vocab))
     with open(vocab, "w") as f:

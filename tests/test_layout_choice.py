@@ -9,7 +9,7 @@ from training import layout_choice as lc
 from training.layout_choice import Layout
 
 # configs/bert_small.json with the quickstart's 2048-token vocab, phase 2's 80 predictions
-SMALL = lc.CostModel.of(hidden=512, intermediate=2048, layers=4, vocab=2048, predictions=80)
+SMALL = lc.CostModel.of(hidden=512, intermediate=2048, layers=4, heads=8, vocab=2048, predictions=80)
 
 
 def _pick(lengths, S=512, P=80, B=8, k=4, model=SMALL):

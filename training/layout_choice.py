@@ -38,6 +38,7 @@ from training.length_bins import bin_length
 
 BIN_SIZES = (32, 64, 128)
 C_POSITIONS = 64  # a micro-batch's overhead, in positions of per-position work (bench/padding.py)
+PAIR_WORK = 0  # attention's elementwise work per score and head (mask, softmax, dropout), in multiply-adds
 TIE = 0.02  # a layout within 2% of the cheapest counts as a tie: the simpler one is taken
 SAMPLE_UPDATES = 16
 SAMPLE_SEQUENCES = 512  # per simulated update (k is cut so that k x B fits)
@@ -85,11 +86,13 @@ class CostModel:
     per_micro_batch: float  # c
 
     @classmethod
-    def of(cls, hidden: int, intermediate: int, layers: int, vocab: int, predictions: int) -> "CostModel":
+    def of(
+        cls, hidden: int, intermediate: int, layers: int, heads: int, vocab: int, predictions: int
+    ) -> "CostModel":
         a = layers * (4 * hidden * hidden + 2 * hidden * intermediate)
         return cls(
             per_position=float(a),
-            per_pair=float(2 * layers * hidden),
+            per_pair=float(layers * (2 * hidden + heads * PAIR_WORK)),
             per_row=float(predictions * (hidden * hidden + hidden * vocab)),
             per_micro_batch=float(C_POSITIONS * a),
         )
@@ -189,6 +192,7 @@ def for_records(
         config.hidden_size,
         config.intermediate_size,
         config.num_hidden_layers,
+        config.num_attention_heads,
         config.vocab_size,
         max_predictions,
     )

@@ -1,0 +1,184 @@
+"""--padding auto against measurement: the layout training/layout_choice.py predicts cheapest for
+each pretraining group of a `bench padding` record, beside every layout's measured speed.
+
+    .venv/bin/python -m bench layout_choice      # the newest padding record with packed rows
+    .venv/bin/python -m bench layout_choice --options "--only pretraining --phases 2"
+
+For each group (record set, phase, global batch) of the record: the records' lengths are sampled
+as the launcher samples them (bench/padding.py's fixtures find the same files under --work_dir),
+priced with the record's model (configs/bert_<--model>.json, the records' vocabulary), and set
+beside the measured rows: speed against padded, measured and predicted; real-token share,
+measured and predicted; "auto" marks the pick. The second table says per group what auto picks,
+the fastest measured layout, and the pick's measured speed over the fastest's (1.00: the pick is
+the fastest; the pick is meant to be within 3% of it). Nothing is timed here: the figures are the
+padding record's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from bench import harness, padding, records  # noqa: E402
+from data import paths  # noqa: E402
+from training import layout_choice  # noqa: E402
+from training.layout_choice import Layout  # noqa: E402
+
+
+def layout_of(cell: str) -> Layout:
+    """A padding table's layout cell ("0", "64", "padded", "bins of 64", "packed", "packed, 64",
+    "packed, bins of 64") as a Layout."""
+    packed = cell.startswith(padding.PACKED)
+    rest = cell[len(padding.PACKED) :].lstrip(", ") if packed else cell
+    rest = rest.replace("bins of ", "")
+    return Layout(int(rest) if rest and rest != "padded" else 0, packed)
+
+
+def _option(options: list, name: str, default: str) -> str:
+    return options[options.index(name) + 1] if name in options else default
+
+
+def pick_record(found: list, options: str | None) -> dict:
+    """The padding record of `options` (as typed after `bench padding`), else the newest one with
+    packed pretraining rows."""
+    if options is not None:
+        wanted = shlex.split(options)
+        for record in found:
+            if record["options"] == wanted:
+                return record
+        raise SystemExit(f"no padding record of options {wanted} in {records.path_of('padding')}")
+    packed = [
+        r
+        for r in found
+        if any(padding.PACKED in row[2] for t in r["tables"] for row in t["rows"] if len(row) > 2)
+    ]
+    if not packed:
+        raise SystemExit("no padding record with packed rows: run python -m bench padding --record first")
+    return max(packed, key=lambda r: r["date"])
+
+
+def set_files(work_dir: str, name: str, xml_mb: float) -> tuple[dict, str]:
+    """({phase: training files}, vocab) of a record set named as the padding table names it."""
+    if name.startswith(padding.SETS["quickstart"]):
+        data = padding.quickstart_data_root(work_dir)
+        if not all(padding.quickstart_files(data).values()):
+            padding.quickstart_records(work_dir)
+        return padding.quickstart_files(data), paths.quickstart_vocab(data)
+    if name.startswith(padding.SETS["wikipedia"]):
+        return padding.wikipedia_records(work_dir, xml_mb)
+    return padding.docstring_records(work_dir)
+
+
+def compare(record: dict, work_dir: str) -> tuple[list, list]:
+    """(rows per layout, one summary row per group) of `record`'s pretraining groups."""
+    from bert.config import read_config_file
+    from data.pretraining.schema import sample_real_tokens
+
+    options = record["options"]
+    model = _option(options, "--model", "tiny")
+    xml_mb = float(_option(options, "--xml_mb", "8"))
+    config = read_config_file(os.path.join(ROOT, "configs", f"bert_{model}.json"))
+    groups: dict = {}
+    for table in record["tables"]:
+        h = {name: i for i, name in enumerate(table["headers"])}
+        kind = h.get("layout", h.get("bin"))
+        ratio = h.get("vs padded", h.get("vs bin 0"))
+        for row in table["rows"]:
+            if " phase " not in row[0] or kind is None or not row[ratio].endswith("x"):
+                continue
+            groups.setdefault((row[0], row[1]), []).append(
+                (layout_of(row[kind]), float(row[ratio][:-1]), row[h["real tokens"]])
+            )
+    detail, summary = [], []
+    for (name, work), measured in groups.items():
+        phase = 1 if "phase 1" in name else 2
+        recipe = work.split(":")[0]
+        batch, k = padding.RECIPES[recipe][phase]
+        seq, predictions = paths.PHASE_SHAPES[phase]
+        files, vocab = set_files(work_dir, name, xml_mb)
+        cost = layout_choice.CostModel.of(
+            config.hidden_size,
+            config.intermediate_size,
+            config.num_hidden_layers,
+            config.num_attention_heads,
+            padding.vocab_size(vocab),
+            predictions,
+        )
+        layouts = tuple(dict.fromkeys(m[0] for m in measured))
+        predicted = layout_choice.predict(
+            sample_real_tokens(files[phase]), cost, seq, predictions, batch, k, layouts
+        )
+        chosen = layout_choice.choose(predicted)
+        by_layout = {p.layout: p for p in predicted}
+        padded = by_layout[Layout(0, False)].cost
+        for layout, speed, real in measured:
+            p = by_layout[layout]
+            detail.append(
+                [
+                    name,
+                    work,
+                    layout.name,
+                    real,
+                    f"{p.real_share:.1%}",
+                    f"{speed:.2f}x",
+                    f"{padded / p.cost:.2f}x",
+                    "auto" if layout == chosen.layout else "",
+                ]
+            )
+        fastest = max(measured, key=lambda m: m[1])
+        picked = next(speed for layout, speed, _ in measured if layout == chosen.layout)
+        summary.append(
+            [
+                name,
+                work,
+                chosen.layout.name,
+                f"{fastest[0].name} ({fastest[1]:.2f}x)",
+                f"{picked / fastest[1]:.2f}",
+            ]
+        )
+    return detail, summary
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument(
+        "--work_dir", default=os.path.join(ROOT, "results", "bench_padding"), help="as bench padding's"
+    )
+    p.add_argument("--options", help="the padding record's options, as typed after `bench padding`")
+    p.add_argument("--results", default=records.RESULTS_DIR, help="where the padding records are")
+    args = p.parse_args(argv)
+    record = pick_record(records.load("padding", args.results), args.options)
+    detail, summary = compare(record, args.work_dir)
+    harness.log(f"measured: {record['command']} ({record['date']}, {record['commit']})")
+    print(f"Predicted against measured layouts ({record['command']}, {record['date']}):")
+    print(
+        harness.markdown_table(
+            [
+                "input",
+                "work: batch",
+                "layout",
+                "real tokens",
+                "predicted real tokens",
+                "vs padded",
+                "predicted vs padded",
+                "auto",
+            ],
+            detail,
+        )
+    )
+    print("\nWhat --padding auto picks, per group:")
+    print(
+        harness.markdown_table(
+            ["input", "work: batch", "auto picks", "measured fastest", "pick's speed / fastest's"], summary
+        )
+    )
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
