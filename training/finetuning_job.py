@@ -306,8 +306,10 @@ class FineTuningTask(Task):
         )
 
     def resumed(self, plan: job.Plan, start: int, out) -> None:
-        if plan.resume_from:
+        if plan.resume_from and plan.steps:
             print(f"Resuming from {plan.resume_from} (step {start} of {plan.steps}).", file=out)
+        elif plan.resume_from:  # without --do_train
+            print(f"Predicting with the weights of {plan.resume_from}.", file=out)
 
     def safeguards(self, s: FineTuningSettings, plan: job.Plan, step, log, out) -> list:
         """--eval_every_n_steps' evaluation during training (rank 0 computes the features)."""
@@ -333,9 +335,6 @@ class FineTuningTask(Task):
                 _by_length(plan, self),
             )
         ]
-
-    def loaded(self, plan: job.Plan, out) -> None:
-        print(f"Predicting with the weights of {plan.resume_from}.", file=out)
 
     def finish(self, s: FineTuningSettings, plan: job.Plan, step, result: dict, log, out) -> None:
         """Rank 0: each split's predictions and official metrics, the SavedModel; then every

@@ -9,7 +9,8 @@ task and calls the task's hooks for what differs (training/task.py lists them in
       plan = job.plan(settings, task, dist, out)  # model files, output dir, update, data, report
       step = the model (task.build_model, task.initialise) and its TrainStep (task.objective)
       training from the latest checkpoint: task.training_batches, task.resumed, and loop.train
-                  with the run's safeguards (training/safeguard.py) and the task's (task.safeguards)
+                  with the run's safeguards (training/safeguard.py) and the task's (task.safeguards);
+                  without training, the latest checkpoint's weights (task.resumed)
       task.finish(...)                            # evaluate, predict, export
 
 bench/pretrain_throughput.py builds its step with the same pieces (`worker`, `build_model`, the
@@ -29,7 +30,7 @@ from common.cli import check_settings, setting
 from common.errors import Preempted, UserError
 from common.files import ensure_writable_dir, write_json
 from training.compile_cache import persistent_cache_in_use
-from training.length_bins import DEFAULT_BIN_SIZE, bin_lengths, bin_size_refusal
+from training.length_bins import DEFAULT_BIN_SIZE, bin_lengths, bin_size_refusal, resolved_bin_size
 from training.rollback import past_rollbacks
 from training.update import Update, continue_update
 
@@ -147,10 +148,11 @@ class Plan:
     resume_from: str | None  # the output directory's latest checkpoint
     restored_sequence: int = 0  # resume_from's data position (start_sequence unless a rollback skipped)
     bin_size: int = 0  # --bin_size as the job runs it (training.length_bins.resolved_bin_size)
-    trace_ahead: bool = False  # --trace_ahead as the job runs it (trace_ahead_of)
+    trace_ahead: bool = False  # --trace_ahead as the job runs it
     steps: int = 0  # updates to train for (0 without --do_train)
     warmup: int = 0
     data: object = None  # the task's (training.task.Prepared.data)
+    row_counts: tuple = ()  # the task's (training.task.Prepared.row_counts)
     resolved: dict = dataclasses.field(default_factory=dict)
 
 
@@ -160,42 +162,36 @@ def run(s: JobSettings, task, stream=None, tracking=None) -> dict:
     "throughput" (or None)} plus the task's own results. Problems the user can fix raise
     UserError before any model is built. tracking: a training.tracking.MlflowTarget (or None):
     rank 0 also logs the resolved settings, the training metrics and the evaluations there."""
-    from training.launcher_watch import LauncherWatch, log_path
-
-    task.validate_settings(s)
-    with LauncherWatch(log_path(s.output_dir)) as launcher:
-        return _run_watched(s, task, stream, tracking, launcher)
-
-
-def _run_watched(s: JobSettings, task, stream, tracking, launcher) -> dict:
-    """run's body while `launcher` (a training.launcher_watch.LauncherWatch) is watched."""
     from training.distributed import expected_world
+    from training.launcher_watch import LauncherWatch, log_path
     from training.preflight import Joining, check_task
 
+    task.validate_settings(s)
     stream = stream if stream is not None else sys.stdout
-    world, rank = expected_world(s.use_horovod)
-    # Watched from before Horovod starts: its init waits for every rank.
-    joining = Joining(s.output_dir, s.worker_timeout_seconds, rank, world)
-    with joining, worker(s.use_horovod, s.deterministic, stream) as (dist, out):
-        check_task(s, task, dist, out, joining)
-        p = plan(s, task, dist, out)
-        tracker = None
-        if dist.is_chief and tracking is not None:
-            from training.tracking import open_tracker
+    with LauncherWatch(log_path(s.output_dir)) as launcher:
+        world, rank = expected_world(s.use_horovod)
+        # Watched from before Horovod starts: its init waits for every rank.
+        joining = Joining(s.output_dir, s.worker_timeout_seconds, rank, world)
+        with joining, worker(s.use_horovod, s.deterministic, stream) as (dist, out):
+            check_task(s, task, dist, out, joining)
+            p = plan(s, task, dist, out)
+            tracker = None
+            if dist.is_chief and tracking is not None:
+                from training.tracking import open_tracker
 
-            tracker = open_tracker(tracking, out)
-        status = "FAILED"
-        try:
-            if tracker is not None:
-                tracker.params(p.resolved)
-            result = _run_planned(s, task, p, dist, out, tracker, launcher)
-            status = "FINISHED"
-        except Preempted:
-            status = "KILLED"  # the same command continues it (in a new MLflow run of its own)
-            raise
-        finally:
-            if tracker is not None:
-                tracker.close(status)
+                tracker = open_tracker(tracking, out)
+            status = "FAILED"
+            try:
+                if tracker is not None:
+                    tracker.params(p.resolved)
+                result = _run_planned(s, task, p, dist, out, tracker, launcher)
+                status = "FINISHED"
+            except Preempted:
+                status = "KILLED"  # the same command continues it (in a new MLflow run of its own)
+                raise
+            finally:
+                if tracker is not None:
+                    tracker.close(status)
     return result
 
 
@@ -209,13 +205,16 @@ def _run_planned(s: JobSettings, task, p: Plan, dist, out, tracker, launcher) ->
     if s.do_train:
         result["train"], log = _train(s, task, p, step, out, tracker, launcher)
         result["throughput"] = log.throughput()
-    elif p.resume_from:
-        from bert.checkpoints import load_weights
+        result["step"] = int(step.optimizer.iterations)
+    else:  # the step of the weights: the output_dir's, loaded here, else --init_checkpoint's
+        from bert.checkpoints import global_step_of, load_weights
 
-        load_weights(step.model, p.resume_from)
-        task.loaded(p, out)
-    # Without training: the step of the weights (the output_dir's, else --init_checkpoint's).
-    result["step"] = weights_step(step, s.do_train, p.resume_from or s.init_checkpoint)
+        source = p.resume_from or s.init_checkpoint
+        if p.resume_from:
+            load_weights(step.model, p.resume_from)
+        result["step"] = (global_step_of(source) or 0) if source else 0
+        if p.resume_from:
+            task.resumed(p, result["step"], out)
     from training.loop import EVAL_RESULTS_NAME
 
     results_path = os.path.join(s.output_dir, EVAL_RESULTS_NAME)
@@ -260,11 +259,14 @@ def plan(s: JobSettings, task, dist, out) -> Plan:
         start_sequence=start,
         resume_from=resume_from,
         restored_sequence=restored,
-        bin_size=bin_size_of(s),
-        trace_ahead=trace_ahead_of(s),
+        bin_size=resolved_bin_size(s.bin_size, s.max_seq_length),
+        # Only with XLA; None: on when TF_XLA_FLAGS keeps a persistent cache (training/compile_cache.py).
+        trace_ahead=s.use_xla
+        and (persistent_cache_in_use(os.environ) if s.trace_ahead is None else s.trace_ahead),
     )
     prepared = task.prepare(s, p, dist, out)
     p.data, p.steps, p.warmup = prepared.data, prepared.steps, prepared.warmup
+    p.row_counts = prepared.row_counts
     p.resolved = {
         **dataclasses.asdict(s),
         "vocab_file": vocab_file,
@@ -312,22 +314,9 @@ def _build_step(s: JobSettings, task, plan: Plan, dist, out):
         jit_compile=s.use_xla,
         # Packed micro-batches differ in row count too: a program per (bin length, row count).
         bin_lengths=bin_lengths(plan.bin_size, s.max_seq_length),
-        row_counts=task.row_counts(s),
+        row_counts=plan.row_counts,
         trace_ahead=plan.trace_ahead,
     )
-
-
-def bin_size_of(s: JobSettings) -> int:
-    """--bin_size as the job runs it (training.length_bins.resolved_bin_size)."""
-    from training.length_bins import resolved_bin_size
-
-    return resolved_bin_size(s.bin_size, s.max_seq_length)
-
-
-def trace_ahead_of(s: JobSettings) -> bool:
-    """--trace_ahead as the job runs it: only with XLA; None means on when TF_XLA_FLAGS keeps a
-    persistent cache (training/compile_cache.py)."""
-    return s.use_xla and (persistent_cache_in_use(os.environ) if s.trace_ahead is None else s.trace_ahead)
 
 
 def _train(s: JobSettings, task, plan: Plan, step, out, tracker=None, launcher=None):
@@ -364,10 +353,11 @@ def _train(s: JobSettings, task, plan: Plan, step, out, tracker=None, launcher=N
         stream=out,
         tracker=tracker,
     )
+    watchdog = Watchdog(s.output_dir, dist, s.worker_timeout_seconds, checkpointer.latest)
     task.resumed(plan, start, out)
     safeguards = [
         preemption,
-        Watchdog(s.output_dir, dist, s.worker_timeout_seconds, checkpointer.latest),
+        watchdog,
         *task.safeguards(s, plan, step, log, out),
         *([SaveClock(s.save_checkpoints_minutes, dist)] if s.save_checkpoints_minutes else []),
         log,
@@ -422,13 +412,3 @@ def report(title: str, resolved: dict, stream, path: str | None) -> None:
     stream.flush()
     if path:
         write_json(path, resolved)
-
-
-def weights_step(step, trained: bool, source: str | None) -> int:
-    """The update count of the weights `step` holds: the optimizer's after training, else that of
-    the checkpoint they were loaded from (0 for none)."""
-    if trained:
-        return int(step.optimizer.iterations)
-    from bert.checkpoints import global_step_of
-
-    return (global_step_of(source) or 0) if source else 0

@@ -4,7 +4,7 @@ wrong. Never a hang at start-up, never a problem found by one worker while the o
 
     joining = Joining(output_dir, timeout_s, rank, world)   # before Horovod starts (hvd.init)
     with joining, job.worker(...) as (dist, out):
-        check_task(s, task, dist, out, joining)   # check(dist, joining, inputs=task.inputs(s), ...)
+        check_task(s, task, dist, out, joining)   # check(dist, joining, inputs=..., ...)
 
 Each worker looks for itself, then every worker gets every worker's findings (one gather of text,
 which also shows that the collective answers); rank 0 prints one line, or every worker raises the
@@ -284,22 +284,29 @@ def check(dist, joining: Joining, *, inputs, output_dir: str, checkpoint_size, g
 
 def check_task(s, task, dist, out, joining: Joining) -> None:
     """`check` for a training.job run of `task` with settings `s` (within
-    --worker_timeout_seconds of the start, `joining` watching): the task's inputs, the output
-    directory, room for two checkpoints of the task's model, GPUs."""
+    --worker_timeout_seconds of the start, `joining` watching): the model files, --init_checkpoint
+    and the task's inputs, the output directory, room for two checkpoints of the task's model,
+    GPUs."""
     from training.checkpointing import latest_checkpoint
     from training.distributed import visible_gpus
 
     def checkpoint_size() -> int | None:
         try:
             resume_from = latest_checkpoint(s.output_dir) if os.path.isdir(s.output_dir) else None
-            return checkpoint_bytes(task.model_files(s, resume_from)[0])
+            config, _ = task.model_files(s, resume_from)
+            return checkpoint_bytes(config)
         except UserError:
             return None  # the job's plan names what is wrong, on every worker alike
 
     check(
         dist,
         joining,
-        inputs=task.inputs(s),
+        inputs=[
+            (f"--{name}", value)
+            for name in ("bert_config_file", "vocab_file", "init_checkpoint")
+            if (value := getattr(s, name))
+        ]
+        + task.inputs(s),
         output_dir=s.output_dir,
         checkpoint_size=checkpoint_size,
         gpus=visible_gpus(),

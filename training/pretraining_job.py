@@ -124,13 +124,6 @@ def validate(s: PretrainingSettings) -> None:
         )
 
 
-def masked_lm_prob_of(s: PretrainingSettings) -> float:
-    """--masked_lm_prob, or Google's 0.15."""
-    from data.pretraining.masking import MASKED_LM_PROB
-
-    return MASKED_LM_PROB if s.masked_lm_prob is None else s.masked_lm_prob
-
-
 def _check_masking(s: PretrainingSettings, layout, files) -> None:
     """--masked_lm_prob applies to unmasked records only: refused on masked ones, whose masks were
     drawn when they were written."""
@@ -189,12 +182,7 @@ class PretrainingTask(Task):
     def inputs(self, s: PretrainingSettings) -> list[tuple[str, str]]:
         data = [("--input_files", s.input_files if s.do_train else None)]
         data.append(("--eval_files", s.eval_files if s.do_eval else None))
-        return super().inputs(s) + [(flag, value) for flag, value in data if value]
-
-    def row_counts(self, s: PretrainingSettings) -> tuple[int, ...]:
-        from training.packing import row_counts
-
-        return row_counts(s.train_batch_size) if s.packing else ()
+        return [(flag, value) for flag, value in data if value]
 
     @property
     def objective(self):
@@ -212,10 +200,12 @@ class PretrainingTask(Task):
     def prepare(self, s: PretrainingSettings, plan: job.Plan, dist, out) -> Prepared:
         """Every glob matches files, each worker's files hold records of this max_seq_length /
         max_predictions_per_seq and of one layout; this worker's training data from the plan's
-        start, rank 0's evaluation data."""
+        start, rank 0's evaluation data; with --packing, the row counts of its packed micro-batches."""
         from bert.checkpoints import global_step_of
+        from data.pretraining.masking import MASKED_LM_PROB
         from data.pretraining.schema import check_files
         from training.input_pipeline import evaluation_dataset, training_dataset
+        from training.packing import row_counts
 
         train_files = (
             expand_globs(s.input_files, "training files", source="--input_files") if s.do_train else []
@@ -224,7 +214,7 @@ class PretrainingTask(Task):
             expand_globs(s.eval_files, "evaluation files", source="--eval_files") if s.do_eval else []
         )
         shapes = (s.max_seq_length, s.max_predictions_per_seq)
-        masked_lm_prob = masked_lm_prob_of(s)
+        masked_lm_prob = MASKED_LM_PROB if s.masked_lm_prob is None else s.masked_lm_prob  # Google's
         train_data = train_from = eval_data = layout = None
         if s.do_train:
             layout = check_files(train_files, *shapes)
@@ -285,6 +275,7 @@ class PretrainingTask(Task):
             steps=s.num_train_steps if s.do_train else 0,
             warmup=s.num_warmup_steps,
             resolved=resolved,
+            row_counts=row_counts(s.train_batch_size) if s.packing else (),
         )
 
     def build_model(self, config, dtype):
@@ -342,7 +333,7 @@ class PretrainingTask(Task):
         ]
 
     def resumed(self, plan: job.Plan, start: int, out) -> None:
-        if start >= plan.steps:
+        if 0 < plan.steps <= start:  # plan.steps 0: no training, weights loaded for --do_eval
             print(
                 f"{plan.resume_from} is already at step {start} of {plan.steps}; nothing to train.", file=out
             )

@@ -69,7 +69,7 @@ class SquadTask(FineTuningTask):
         files = [("--train_file", self.train_file)] if s.do_train else []
         if s.do_eval or s.do_predict:
             files.append(("--predict_file", self.predict_file))
-        return super().inputs(s) + [(flag, path) for flag, path in files if path]
+        return [(flag, path) for flag, path in files if path]
 
     def describe(self) -> dict:
         return {

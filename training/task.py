@@ -19,8 +19,8 @@ what it has:
         @abc.abstractmethod
     def training_batches(self, s, plan, dist, start): ...  # this worker's micro-batches, from
                                                             # sequence `start` of the data order
-    and, where the defaults do not fit: validate_settings, inputs, row_counts, update, initialise,
-    resumed, safeguards, loaded, finish.
+    and, where the defaults do not fit: validate_settings, inputs, update, initialise, resumed,
+    safeguards, finish.
 
 In the order job.run calls them:
 
@@ -28,11 +28,12 @@ In the order job.run calls them:
     inputs(s); model_files(s, resume_from)      the pre-flight: what every worker must see
     model_files(s, resume_from)                 the config and vocab (checked to fit each other)
     update(s, workers)                          the update the flags ask for (training.update.Update)
-    prepare(s, plan, dist, out)                 data, steps and warmup, the task's resolved keys
+    prepare(s, plan, dist, out)                 data, steps and warmup, packed row counts, the
+                                                task's resolved keys
     build_model(config, dtype); initialise(model, s, plan, out)
     training: training_batches(s, plan, dist, plan.start_sequence), resumed(plan, start, out),
               safeguards(s, plan, step, log, out) (the task's own, training/safeguard.py)
-    or without --do_train and with a checkpoint: loaded(plan, out)
+    or without --do_train and with a checkpoint: resumed(plan, its step, out) once it is loaded
     finish(s, plan, step, result, log, out)     evaluate, predict, export: the task's results
 
 tests/test_task.py drives job.run end to end with a toy task that pins this contract.
@@ -47,12 +48,15 @@ import dataclasses
 @dataclasses.dataclass(frozen=True)
 class Prepared:
     """What a task's `prepare` found: its data (kept as plan.data), the updates to train for and
-    their warmup, and its own resolved settings (added to the job's shared ones)."""
+    their warmup, its own resolved settings (added to the job's shared ones) and the row counts
+    a packed micro-batch of its data may have (training/packing.py; () unpacked): the train step
+    runs a program per row count."""
 
     data: object
     steps: int
     warmup: int
     resolved: dict = dataclasses.field(default_factory=dict)
+    row_counts: tuple[int, ...] = ()
 
 
 class Task(abc.ABC):
@@ -70,18 +74,10 @@ class Task(abc.ABC):
         validate_settings(s)
 
     def inputs(self, s) -> list[tuple[str, str]]:
-        """("--flag", value) of the files every worker reads (globs, comma-separated lists,
-        directories and checkpoint prefixes too), for training/preflight.py: the model files and
-        --init_checkpoint by default."""
-        return [
-            (f"--{name}", value)
-            for name in ("bert_config_file", "vocab_file", "init_checkpoint")
-            if (value := getattr(s, name))
-        ]
-
-    def row_counts(self, s) -> tuple[int, ...]:
-        """The row counts a packed micro-batch may have (training/packing.py); () unpacked."""
-        return ()
+        """("--flag", value) of the task's own files every worker reads (globs, comma-separated
+        lists, directories too), for training/preflight.py, which adds the model files and
+        --init_checkpoint; none by default."""
+        return []
 
     @abc.abstractmethod
     def model_files(self, s, resume_from: str | None):
@@ -115,16 +111,15 @@ class Task(abc.ABC):
         (plan.start_sequence; after a divergence rollback, past the window it skipped)."""
 
     def resumed(self, plan, start: int, out) -> None:
-        """Called once training knows the step it continues from."""
+        """Called once the job knows the step the weights continue from: in training, once the
+        output directory's latest checkpoint is restored (`start` 0 in a new one); without
+        --do_train (plan.steps 0), only when it has one, once its weights are loaded."""
 
     def safeguards(self, s, plan, step, log, out) -> list:
         """The task's own training.safeguard.Safeguard objects for training (a divergence rollback,
         an evaluation during training), after the job's; none by default. `log`: the run's
         training.metrics_log.MetricsLog."""
         return []
-
-    def loaded(self, plan, out) -> None:
-        """Called without --do_train once the output directory's weights are loaded."""
 
     def finish(self, s, plan, step, result: dict, log, out) -> None:
         """After training (every worker): evaluation, predictions, exports: the task's own keys
