@@ -70,9 +70,18 @@ def _relay(notices: Notices, step: Step, child: subprocess.Popen) -> None:
             except OSError:
                 pass
         try:
-            child.send_signal(number)
+            child.send_signal(_forwarded(number, step.argv))
         except ProcessLookupError:
             pass
+
+
+def _forwarded(number: int, argv: list) -> int:
+    """The signal to give the step for notice `number`: srun ends its step at once on SIGTERM
+    ("forcing job termination": its tasks are killed without a checkpoint) but passes SIGUSR1 on to
+    every task, which takes it as the same notice; so srun gets a SIGTERM as SIGUSR1."""
+    if number == signal.SIGTERM and os.path.basename(argv[0]) == "srun":
+        return signal.SIGUSR1
+    return number
 
 
 def run_step(step: Step, notices: Notices) -> int:

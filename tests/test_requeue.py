@@ -168,3 +168,18 @@ def test_newest_checkpoints_names_each_output_directorys_newest_checkpoint(tmp_p
     (tmp_path / "phase_1" / "checkpoint").write_text(INDEX.format(step=90, time=99.5))
     assert newest_checkpoints(str(tmp_path)) == found
     assert newest_checkpoints(str(tmp_path / "missing")) == {}
+
+
+def test_a_sigterm_for_srun_goes_as_sigusr1_which_srun_passes_on_to_its_tasks():
+    """srun takes SIGTERM as "end the step now" (its tasks killed without a checkpoint); SIGUSR1 it
+    passes on to every task, which takes it as the same notice. Under a real SLURM: the fault soak
+    in tests/test_slurm.py."""
+    import signal
+
+    from launch.runner import _forwarded
+
+    assert _forwarded(signal.SIGTERM, ["srun", "--mpi=pmix", "bash"]) == signal.SIGUSR1
+    assert _forwarded(signal.SIGTERM, ["/usr/bin/srun"]) == signal.SIGUSR1
+    assert _forwarded(signal.SIGUSR1, ["srun"]) == signal.SIGUSR1
+    assert _forwarded(signal.SIGTERM, ["mpirun", "-np", "2"]) == signal.SIGTERM
+    assert _forwarded(signal.SIGINT, ["bash", "scripts/run_pretraining_lamb.sh"]) == signal.SIGINT

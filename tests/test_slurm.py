@@ -5,13 +5,18 @@ shell (`scancel -b -s USR1`, the notice run.sub asks for before the time limit, 
 preemption's) stop the job with a checkpoint, run.sub requeues it, and the requeued job ends with
 exactly the weights of a job that was never stopped; a job whose time limit comes within run.sub's
 notice does not start its command and fails after one requeue, naming the time limit to raise,
-instead of requeueing forever, and SLURM's notice before a longer limit reaches the command; a worker killed outright fails the job with the launcher's error instead of
-hanging it. Two nodes: tests/test_multihost.py."""
+instead of requeueing forever, and SLURM's notice before a longer limit reaches the command; a
+worker killed outright fails the job with the launcher's error instead of hanging it; the fault
+soak (tools/fault_soak.py --slurm) requeues twice, SIGTERM then SIGUSR1 to srun's tasks, and ends
+bit-identical. Two nodes: tests/test_multihost.py."""
 
 import json
 import os
+import re
 import shutil
 import signal
+import subprocess
+import sys
 import time
 
 import psutil
@@ -370,3 +375,30 @@ def test_a_job_whose_notice_comes_before_any_checkpoint_ends_after_one_requeue(s
         "(sbatch --time=MINUTES, or #SBATCH --time) and submit it again." in second
     ), second
     assert "requeueing" not in second and not list(results.glob(".requeue-*"))
+
+
+def test_the_fault_soak_under_slurm_requeues_twice_and_ends_bit_identical(slurm_cluster, tmp_path):  # noqa: F811
+    """tools/fault_soak.py --slurm: each run a job of scripts/run.sub (two srun tasks, CONT=none),
+    a preemption's SIGTERM and the time limit's SIGUSR1 sent to the batch shell by scancel at
+    seeded updates; run.sub requeues the job each time, and it ends bit-identical with the job
+    that was never signalled."""
+    env = slurm_cluster.environment({k: v for k, v in worker_env().items() if k not in LAUNCH_ENV})
+    done = subprocess.run(
+        [sys.executable, "-m", "tools.fault_soak", "--work_dir", str(tmp_path / "soak"), "--faults", "2",
+         "--seed", "6", "--max_delay_ms", "0", "--slurm", "-N 1 --ntasks-per-node=2", "--",
+         "--use_xla=false"],
+        cwd=ROOT, env=dict(env, CONT="none"), capture_output=True, text=True, timeout=2 * JOB_S,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    print(done.stdout)
+    rows = re.findall(
+        r"^\| \d \| (\w+) \| after update \d+ \| ([^|]+) \| resumed from ckpt-\d+ \| 0 \|",
+        done.stdout,
+        re.M,
+    )
+    assert rows == [
+        ("preempt", "requeued by run.sub (restart 1)"),
+        ("time_limit", "requeued by run.sub (restart 2)"),
+    ]
+    assert "Verdict: bit-identical: all 147 tensors of ckpt-30 equal the uninterrupted run's" in done.stdout
+    assert re.search(r"^\| soaked \| 3 \|", done.stdout, re.M)

@@ -6,6 +6,8 @@ seeded moments, restarted as a scheduler restarts it, and compared with the same
     python -m tools.fault_soak --work_dir /shared/soak \\
         --launcher "mpirun -np 8 --hostfile hosts -x PYTHONPATH -x PATH"         # your hosts
     python -m tools.fault_soak --work_dir DIR -- --use_xla=false                  # flags for the runs
+    CONT=none python -m tools.fault_soak --work_dir /shared/soak --faults 4 \\
+        --slurm "-N 2 --ntasks-per-node=8"                                       # jobs of scripts/run.sub
 
 It writes tiny records (tools/tiny_pretraining.py) under --work_dir, runs run_pretraining.py once
 without faults ("uninterrupted"), then the same command again ("soaked") with --faults faults. Each
@@ -19,8 +21,9 @@ fault is one of:
     nonfinite       a record whose masked-LM weight is NaN, placed in the data so that its update's
                     loss is not finite (--on_divergence=rollback rolls back past it)
 
-Every kind comes once in each five faults; fault i (from 0) comes after update 10i+5 to 10i+9 (drawn from --seed) and a random delay of up to
---max_delay_ms; the run has 10 updates per fault and 10 more. A process fault ends the launch;
+Every kind comes once in each five faults; fault i (from 0) comes after update 10i+5 to 10i+9
+(drawn from --seed) and a random delay of up to --max_delay_ms; the run has 10 updates per fault
+and 10 more. A process fault ends the launch;
 the soak then runs the same command again, as a scheduler requeues a job, until it ends with status
 0. The non-finite records are in the uninterrupted run's data too: both runs roll back past them.
 
@@ -31,10 +34,15 @@ consumed; no process left running) and goodput: seconds of the updates that reac
 model over the run's wall time, beside the uninterrupted run's. Exit status 0 when the verdict
 holds, 1 when it does not, 2 for a usage error.
 
-Faults reach the processes of this host only: with a hostfile, run the soak on the host of rank
-0; workers on other hosts are stopped by the run itself (a lost worker, the launcher gone), and
-the check for processes left running covers this host. SLURM, Kubernetes and Azure ML: see
-docs/cluster.md.
+Under SLURM (--slurm SBATCH_ARGS) each run is a job of scripts/run.sub submitted from this
+checkout (CONT=none: srun's tasks; or HOROVOD_LAUNCHER=mpirun with --launcher "mpirun -np N"), and
+the faults are SLURM's: a preemption (SIGTERM) and the time limit's notice (SIGUSR1) sent to the
+batch shell with scancel, which run.sub requeues, a killed worker (this host's), after which the
+failed job is submitted again, and the non-finite batch.
+
+Kills reach the processes of this host only: with a hostfile, run the soak on the host of rank 0;
+workers on other hosts are stopped by the run itself (a lost worker, the launcher gone), and the
+check for processes left running covers this host. Kubernetes and Azure ML: see docs/cluster.md.
 """
 
 from __future__ import annotations
@@ -53,6 +61,20 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KINDS = ("kill_worker", "preempt", "kill_launcher", "power_loss", "nonfinite")
+# Under SLURM (--slurm): SIGTERM to the batch shell (a preemption) and SIGUSR1 (the notice before
+# the time limit), both requeued by run.sub; a killed worker fails the job, which is submitted again.
+SLURM_KINDS = ("preempt", "time_limit", "kill_worker", "nonfinite")
+SLURM_SIGNALS = {"preempt": "TERM", "time_limit": "USR1"}
+SLURM_ENDED = (
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "NODE_FAIL",
+    "OUT_OF_MEMORY",
+    "BOOT_FAIL",
+    "DEADLINE",
+)
 DEFAULT_LAUNCHER = "horovodrun -np 2 -H localhost:2 --gloo"
 UPDATES_PER_FAULT, SAVE_EVERY, KEEP, BATCH, WINDOW = 10, 4, 3, 8, 64
 WORKERS_GONE_S = 120  # how long the workers of an ended launch may take to stop
@@ -89,13 +111,13 @@ class Launch:
 # ------------------------------------------------------------------------------------ the plan
 
 
-def schedule(faults: int, seed: int, max_delay_ms: int) -> list[Fault]:
+def schedule(faults: int, seed: int, max_delay_ms: int, kinds_of=KINDS) -> list[Fault]:
     """Fault i: a kind (each of KINDS once in every five), after update 10i+5..10i+9 (from 0), a
     delay of 0..max_delay_ms."""
     rng = random.Random(seed)
     kinds = []
-    while len(kinds) < faults:  # every kind once in each five, in a drawn order
-        kinds += rng.sample(KINDS, len(KINDS))
+    while len(kinds) < faults:  # every kind once in each len(kinds_of), in a drawn order
+        kinds += rng.sample(kinds_of, len(kinds_of))
     plan = []
     for i in range(faults):
         at = UPDATES_PER_FAULT * i + 5 + rng.randrange(5)
@@ -158,7 +180,9 @@ def _poison(files: list[str], places: list[int], seed: int) -> None:
                 writer.write(record)
 
 
-def command(launcher: list[str], data: dict, output_dir: str, plan: list[Fault], seed: int, extra) -> list:
+def command(
+    launcher: list[str], workers: int, data: dict, output_dir: str, plan: list[Fault], seed: int, extra
+):
     from tools import tiny_pretraining as tiny
 
     nonfinite = sum(f.kind == "nonfinite" for f in plan)
@@ -171,7 +195,7 @@ def command(launcher: list[str], data: dict, output_dir: str, plan: list[Fault],
         train_batch_size=BATCH,
         shuffle_buffer=WINDOW,
         seed=seed,
-        use_horovod="true" if launcher else None,
+        use_horovod="true" if workers > 1 else None,
         on_divergence="rollback",
         max_rollbacks=nonfinite + 1,
     )
@@ -376,23 +400,31 @@ def soak(args) -> int:
         if found is None:
             raise UsageError(f"--launcher: {launcher[0]} is not found beside {sys.executable} or on PATH.")
         launcher[0] = found
-    workers = workers_of(launcher)
-    plan = schedule(args.faults, args.seed, args.max_delay_ms)
+    sbatch = None if args.slurm is None else shlex.split(args.slurm)
+    workers = workers_of(launcher) if sbatch is None else slurm_workers(sbatch)
+    plan = schedule(args.faults, args.seed, args.max_delay_ms, KINDS if sbatch is None else SLURM_KINDS)
     root = os.path.abspath(args.work_dir)
     if os.path.exists(root) and os.listdir(root):
         raise UsageError(f"--work_dir {root} is not empty: the soak starts from nothing; name a new folder.")
-    os.makedirs(root, exist_ok=True)
-    print(
-        f"Soak: {args.faults} faults from seed {args.seed} on {workers} worker(s): {args.launcher or 'none'}"
+    os.makedirs(os.path.join(root, "logs"), exist_ok=True)
+    how = (
+        args.launcher or "one process"
+        if sbatch is None
+        else f"sbatch {args.slurm} scripts/run.sub {args.launcher}"
     )
+    print(f"Soak: {args.faults} faults from seed {args.seed} on {workers} worker(s): {how}", flush=True)
     data = write_data(root, plan, workers, args.seed)
     runs = {}
     for name in ("uninterrupted", "soaked"):
         output_dir = os.path.join(root, name)
-        argv = command(launcher, data, output_dir, plan, args.seed, args.extra)
-        runs[name] = _run(name, argv, output_dir, root, plan if name == "soaked" else [], args.max_launches)
-        if runs[name]["launches"][-1].status != 0:
-            print(f"The {name} run did not finish: see {root}/logs/{name}/.", file=sys.stderr)
+        argv = command(launcher, workers, data, output_dir, plan, args.seed, args.extra)
+        faults = plan if name == "soaked" else []
+        if sbatch is None:
+            runs[name] = _run(name, argv, output_dir, root, faults, args.max_launches)
+        else:
+            runs[name] = _run_slurm(name, [*sbatch, "scripts/run.sub", *argv], output_dir, root, faults, args)
+        if not runs[name]["finished"]:
+            print(f"The {name} run did not finish: see {root}/logs/.", file=sys.stderr)
             return 1
     return report(plan, runs, workers, os.path.join(root, "uninterrupted"), os.path.join(root, "soaked"))
 
@@ -424,12 +456,152 @@ def _run(name, argv, output_dir, root, plan, max_launches) -> dict:
         pending.pop(0)
         fault.ended, previous = _ended(result.status, result.stderr), fault
         rows.append(fault)
+    return _ran(
+        launches[-1].status == 0,
+        len(launches),
+        rows,
+        started,
+        pending,
+        sum((r.orphans for r in launches), []),
+    )
+
+
+def _ran(finished: bool, launches: int, rows: list, started: float, undelivered: list, orphans: list) -> dict:
     return {
+        "finished": finished,
         "launches": launches,
         "rows": sorted(rows, key=lambda r: r.fired_at or 0),
         "wall_s": time.monotonic() - started,
-        "undelivered": pending,
+        "undelivered": undelivered,
+        "orphans": orphans,
     }
+
+
+# ------------------------------------------------------------------------------------ SLURM
+
+
+def slurm_workers(sbatch: list[str]) -> int:
+    """The worker count of sbatch arguments: --ntasks, else nodes x --ntasks-per-node (run.sub's 8)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("-N", "--nodes", type=int, default=1)
+    parser.add_argument("-n", "--ntasks", type=int)
+    parser.add_argument("--ntasks-per-node", type=int, default=8)
+    try:
+        known, _ = parser.parse_known_args(sbatch)
+    except SystemExit:
+        raise UsageError(
+            f"--slurm '{shlex.join(sbatch)}': -N, -n and --ntasks-per-node take a number."
+        ) from None
+    return known.ntasks or known.nodes * known.ntasks_per_node
+
+
+class SlurmJob:
+    """One sbatch submission of scripts/run.sub from this checkout, and what scontrol says of it."""
+
+    def __init__(self, argv: list, output_dir: str, log: str):
+        env = dict(os.environ, RESULTSDIR=output_dir)
+        done = subprocess.run(
+            ["sbatch", "--parsable", f"--output={log}", *argv],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        if done.returncode != 0:
+            raise UsageError(f"sbatch refused the soak's job: {done.stderr.strip()}")
+        self.id = done.stdout.strip().split(";")[0]
+
+    def fields(self) -> dict:
+        import re
+
+        done = subprocess.run(["scontrol", "-o", "show", "job", self.id], capture_output=True, text=True)
+        return dict(re.findall(r"(\S+?)=(\S*)", done.stdout)) if done.returncode == 0 else {}
+
+    def signal(self, name: str) -> None:
+        subprocess.run(["scancel", "--batch", f"--signal={name}", self.id], check=True, capture_output=True)
+
+
+def _kill_a_worker(output_dir: str, number: int) -> None:
+    """SIGKILL to one training process of this host writing to `output_dir`."""
+    import psutil
+
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        line = " ".join(p.info["cmdline"] or ())
+        if "run_pretraining.py" in line and f"--output_dir={output_dir}" in line:
+            found.append(p)
+    if not found:
+        raise UsageError(
+            f"kill_worker: no worker of {output_dir} runs on this host; run the soak on a node of the job."
+        )
+    random.Random(number).choice(sorted(found, key=lambda p: p.pid)).kill()
+
+
+def _run_slurm(name, argv, output_dir, root, plan, args) -> dict:
+    """Submits `argv` (sbatch's arguments) and fires `plan`'s faults at the job: signals that
+    run.sub requeues on, or a killed worker, after which the failed job is submitted again."""
+    log = os.path.join(root, "logs", f"{name}.out")
+    pending = [f for f in plan if f.kind != "nonfinite"]
+    events, rows, previous, mark = [], [], None, 0
+    started = time.monotonic()
+    job, launches, restarts = SlurmJob(argv, output_dir, log), 1, 0
+    watch, rollbacks, fields, next_look = Watch(output_dir), 0, {}, 0.0
+    while True:
+        if time.monotonic() >= next_look:  # scontrol twice a second, the log fifty times
+            fields, next_look = job.fields(), time.monotonic() + 0.5
+        state = fields.get("JobState", "")
+        last = watch.read()
+        fault = pending[0] if pending else None
+        fired = fault is not None and fault.fired_at is not None
+        if fired:
+            fault.reached = max(fault.reached, last)
+        for event in [e for e in events if e is not fault and last > e.reached]:
+            event.lost_s = time.monotonic() - event.fired_at
+            events.remove(event)
+        if len(watch.rollbacks()) > rollbacks:
+            rollbacks = len(watch.rollbacks())
+            rows.append(_rolled_back(watch.rollbacks()[-1]))
+            events.append(rows[-1])
+        if previous is not None and os.path.exists(log):
+            with open(log, errors="replace") as f:
+                text = f.read()[mark:]
+            if "Resuming from " in text:
+                resumed = _resumed_from(text)
+                previous.came_back = f"resumed from {resumed}"
+                step = int(resumed[5:]) if resumed.startswith("ckpt-") else 0
+                previous.redone, previous = max(0, previous.reached - step), None
+        again = state in SLURM_ENDED and state != "COMPLETED"
+        if int(fields.get("Restarts", 0) or 0) > restarts or (
+            again and fired and launches < args.max_launches
+        ):
+            if not fired:
+                break  # requeued or failed without a fault of ours
+            if again:
+                fault.ended = f"job {state} (exit {fields.get('ExitCode', '?')}), submitted again"
+                job, restarts = SlurmJob(argv, output_dir, log), 0
+            else:
+                restarts += 1
+                fault.ended = f"requeued by run.sub (restart {restarts})"
+            launches += 1
+            print(f"  {name}: {fault.kind} after update {fault.fired_after}: {fault.ended}", flush=True)
+            rows.append(fault)
+            previous, watch, next_look = pending.pop(0), Watch(output_dir), 0.0
+            continue
+        if state in SLURM_ENDED:
+            break
+        if fault is not None and not fired and state == "RUNNING" and last >= fault.at:
+            time.sleep(fault.delay_ms / 1000)
+            fault.fired_after = fault.reached = watch.read()
+            fault.fired_at = time.monotonic()
+            mark = os.path.getsize(log) if os.path.exists(log) else 0
+            if fault.kind == "kill_worker":
+                _kill_a_worker(output_dir, fault.number)
+            else:
+                job.signal(SLURM_SIGNALS[fault.kind])
+            events.append(fault)
+        time.sleep(0.02)
+    print(f"  {name}: job {job.id} {state} after {time.monotonic() - started:.1f} s", flush=True)
+    return _ran(state == "COMPLETED", launches, rows, started, pending, _left_running(output_dir))
 
 
 def _update_seconds(output_dir: str, global_batch: int) -> list[float]:
@@ -487,16 +659,12 @@ def report(plan, runs, workers, straight, soaked) -> int:
     print("\n| # | fault | when | the launch | came back | updates redone | seconds lost |")
     print("|---|---|---|---|---|---|---|")
     for i, row in enumerate(soak["rows"], 1):
-        when = (
-            f"update {row.at}"
-            if row.kind == "nonfinite"
-            else f"after update {row.fired_after} + {row.delay_ms} ms"
-        )
+        when = f"update {row.at}" if row.kind == "nonfinite" else f"after update {row.fired_after}"
         lost = "-" if row.lost_s is None else f"{row.lost_s:.1f}"
         redone = "-" if row.redone is None else str(row.redone)
         print(f"| {i} | {row.kind} | {when} | {row.ended} | {row.came_back} | {redone} | {lost} |")
     lines, holds = _compare(straight, soaked)
-    orphans = [o for r in soak["launches"] for o in r.orphans]
+    orphans = soak["orphans"]
     lines.append(
         "no process left running" if not orphans else f"{len(orphans)} process(es) left running: {orphans}"
     )
@@ -517,7 +685,7 @@ def report(plan, runs, workers, straight, soaked) -> int:
         updates = len(seconds)
         median = statistics.median(seconds) if seconds else 0.0
         print(
-            f"| {name} | {len(run['launches'])} | {run['wall_s']:.1f} | {updates} | {median:.3f} | "
+            f"| {name} | {run['launches']} | {run['wall_s']:.1f} | {updates} | {median:.3f} | "
             f"{updates * median / run['wall_s']:.2f} |"
         )
     print("\nVerdict: " + "; ".join(lines) + ".")
@@ -541,8 +709,14 @@ def parse(argv: list[str]):
     )
     parser.add_argument(
         "--launcher",
-        default=DEFAULT_LAUNCHER,
-        help=f"the command that starts the workers (default '{DEFAULT_LAUNCHER}'; '' for one process)",
+        help=f"the command that starts the workers (default '{DEFAULT_LAUNCHER}'; with --slurm '', "
+        "srun's tasks; '' for one process)",
+    )
+    parser.add_argument(
+        "--slurm",
+        metavar="SBATCH_ARGS",
+        help="submit each run as `sbatch SBATCH_ARGS scripts/run.sub ...` from this checkout (e.g. "
+        "'-N 2 --ntasks-per-node=8'; CONT=none or HOROVOD_LAUNCHER=mpirun as for run.sub)",
     )
     parser.add_argument("--max_delay_ms", type=int, default=500, help="a fault's delay after its update")
     parser.add_argument(
@@ -553,6 +727,8 @@ def parse(argv: list[str]):
     if args.faults < 1:
         raise UsageError(f"--faults must be at least 1, got {args.faults}.")
     args.max_launches = args.max_launches or 2 * args.faults + 3
+    if args.launcher is None:
+        args.launcher = DEFAULT_LAUNCHER if args.slurm is None else ""
     return args
 
 
