@@ -624,10 +624,16 @@ def test_layout_choice_sets_the_pick_beside_a_padding_records_measured_layouts(t
         "vs bin 0",
         "compile s",
     ]
-    measured = [("0", "1.00x"), ("64", "1.60x"), ("packed", "2.10x"), ("packed, 64", "2.05x")]
+    # (layout, median ratio, seq/s median (min-max)): the best rounds rank packed + 64 first
+    measured = [
+        ("0", "1.00x", "10.0 (9.0-10.0)"),
+        ("64", "1.60x", "16.0 (15.0-16.0)"),
+        ("packed", "2.10x", "21.0 (20.0-21.0)"),
+        ("packed, 64", "2.05x", "20.5 (20.0-22.0)"),
+    ]
     rows = [
-        ["quickstart corpus phase 2 (seq 512)", "quickstart: 8 x 4", b, "50%", "-", "9", r, "1"]
-        for b, r in measured
+        ["quickstart corpus phase 2 (seq 512)", "quickstart: 8 x 4", b, "50%", "-", rate, r, "1"]
+        for b, r, rate in measured
     ]
     results = tmp_path / "results"
     results.mkdir()
@@ -639,21 +645,24 @@ def test_layout_choice_sets_the_pick_beside_a_padding_records_measured_layouts(t
     (results / "padding.json").write_text(json.dumps({"records": [record]}))
     layout_choice.main(["--work_dir", str(tmp_path), "--results", str(results)])
     (detail_header, detail), (_, summary) = tables(capsys.readouterr().out)
-    assert detail_header[-3:] == ["vs padded", "predicted vs padded", "auto"]
+    assert detail_header[-4:] == ["vs padded", "best round vs padded", "predicted vs padded", "auto"]
     assert [row[2] for row in detail] == ["padded", "bins of 64", "packed", "packed, bins of 64"]
-    assert [row[5] for row in detail] == [r for _, r in measured]
-    predicted = [float(row[6][:-1]) for row in detail]
+    assert [row[5] for row in detail] == [r for _, r, _ in measured]
+    assert [row[6] for row in detail] == ["1.00x", "1.60x", "2.10x", "2.20x"]
+    predicted = [float(row[7][:-1]) for row in detail]
     assert predicted[0] == 1.0 and min(predicted[1:]) > 1.5  # lengths below 256: two or more a row
     assert 0.2 < float(detail[0][4][:-1]) / 100 < 0.3  # a mean of about 131 of 512 tokens
-    picked = next(row[2] for row in detail if row[7] == "auto")
-    assert float(next(row[6] for row in detail if row[7] == "auto")[:-1]) >= max(predicted) / 1.03
+    (auto,) = [row for row in detail if row[8] == "auto"]
+    assert float(auto[7][:-1]) >= max(predicted) / 1.03
     assert summary == [
         [
             "quickstart corpus phase 2 (seq 512)",
             "quickstart: 8 x 4",
-            picked,
+            auto[2],
             "packed (2.10x)",
-            f"{dict(zip([r[2] for r in detail], [float(r[5][:-1]) for r in detail]))[picked] / 2.10:.2f}",
+            f"{float(auto[5][:-1]) / 2.10:.2f}",
+            "packed, bins of 64 (2.20x)",
+            f"{float(auto[6][:-1]) / 2.20:.2f}",
         ]
     ]
 
