@@ -18,12 +18,11 @@ import tensorflow as tf
 
 import run_pretraining
 from conftest import BIN, worker_env
-from data.pretraining import schema, tfrecord
 from test_loop import _batches, _log, _step
 from tools import tiny_pretraining as tiny
 from training import loop
 from training.checkpointing import SEQUENCES_KEY, Checkpointer, latest_checkpoint
-from training.data_order import Position, records_in_order
+from training.data_order import Position
 from training.metrics_log import read_log
 from training.rollback import ROLLBACKS_NAME, Rollback, read_rollbacks, resume_position
 
@@ -161,31 +160,12 @@ STEPS, SAVE_EVERY, SEED, WINDOW = 20, 5, 7, 32
 POISONED = (29, 41)
 
 
-def _poison(files: list, places) -> None:
-    """Rewrites the records at `places` of the data order with a NaN first masked_lm_weight (the
-    record counts, and so the order, stay as they were)."""
-    counts = [sum(1 for _ in tf.data.TFRecordDataset(f)) for f in files]
-    order = records_in_order(files, counts, seed=SEED, window=WINDOW).take(max(places) + 1)
-    targets = {bytes(r.numpy()) for i, r in enumerate(order) if i in places}
-    found = 0
-    for path in files:
-        records = [bytes(r.numpy()) for r in tf.data.TFRecordDataset(path)]
-        with tfrecord.RecordWriter(path) as writer:
-            for record in records:
-                if record in targets:
-                    example = tf.train.Example.FromString(record)
-                    example.features.feature[schema.MASKED_LM_WEIGHTS].float_list.value[0] = float("nan")
-                    record, found = example.SerializeToString(), found + 1
-                writer.write(record)
-    assert found == len(places)  # each poisoned record is unique in the files
-
-
 @pytest.fixture(scope="module")
 def poisoned(tmp_path_factory):
     """(the data, the uninterrupted run, a run stopped after its first rollback): one worker."""
     root = tmp_path_factory.mktemp("poisoned")
     data = tiny.setup(root / "data", files=2, per_file=60, dropout=False)
-    _poison(sorted(glob.glob(data["input_files"])), POISONED)
+    tiny.poison(sorted(glob.glob(data["input_files"])), POISONED, seed=SEED, window=WINDOW)
     straight, stopped = root / "straight", root / "stopped"
     assert _pretrain(data, straight, max_rollbacks=2) == 0
     assert _pretrain(data, stopped, max_rollbacks=1) == 2

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import glob
 import os
 import random
 import shlex
@@ -149,35 +150,8 @@ def write_data(root: str, plan: list[Fault], workers: int, seed: int) -> dict:
     data = tiny.setup(os.path.join(root, "data"), files=4, per_file=per_file, dropout=False)
     places = [f.at * global_batch - global_batch // 2 for f in plan if f.kind == "nonfinite"]
     if places:
-        _poison(sorted(_input_files(data)), places, seed)
+        tiny.poison(sorted(glob.glob(data["input_files"])), places, seed=seed, window=WINDOW)
     return data
-
-
-def _input_files(data: dict) -> list[str]:
-    import glob
-
-    return glob.glob(data["input_files"])
-
-
-def _poison(files: list[str], places: list[int], seed: int) -> None:
-    """Rewrites the records at `places` of the data order with a NaN first masked_lm_weight."""
-    import tensorflow as tf
-
-    from data.pretraining import schema, tfrecord
-    from training.data_order import records_in_order
-
-    counts = [sum(1 for _ in tf.data.TFRecordDataset(f)) for f in files]
-    order = records_in_order(files, counts, seed=seed, window=WINDOW).take(max(places) + 1)
-    targets = {bytes(r.numpy()) for i, r in enumerate(order) if i in places}
-    for path in files:
-        records = [bytes(r.numpy()) for r in tf.data.TFRecordDataset(path)]
-        with tfrecord.RecordWriter(path) as writer:
-            for record in records:
-                if record in targets:
-                    example = tf.train.Example.FromString(record)
-                    example.features.feature[schema.MASKED_LM_WEIGHTS].float_list.value[0] = float("nan")
-                    record = example.SerializeToString()
-                writer.write(record)
 
 
 def command(
@@ -206,13 +180,18 @@ def command(
 
 
 class Watch:
-    """What the soaked run's log.jsonl and rollbacks.json say, read as they change."""
+    """One run's log.jsonl and rollbacks.json, read as they change: the last update logged since
+    the watch began (a run rewrites its log as it starts), the faults it has passed (`events`,
+    their seconds lost set) and its rollbacks (each a row added to `rows` and `events`)."""
 
-    def __init__(self, output_dir: str):
+    def __init__(self, output_dir: str, events: list, rows: list):
+        from training.rollback import read_rollbacks
+
         self.log = os.path.join(output_dir, "log.jsonl")
-        self.output_dir = output_dir
+        self.output_dir, self.events, self.rows = output_dir, events, rows
         self.before = _inode(self.log)
         self.last = 0  # the highest update the current log shows
+        self.rollbacks = len(read_rollbacks(output_dir))
 
     def read(self) -> int:
         from training.metrics_log import read_log
@@ -222,10 +201,28 @@ class Watch:
             self.last = max(steps, default=0)
         return self.last
 
-    def rollbacks(self) -> list[dict]:
+    def look(self, fault: Fault | None) -> int:
+        """The last update logged, once the events it passed are closed and new rollbacks noted;
+        a fired `fault` of this run reaches that update."""
         from training.rollback import read_rollbacks
 
-        return read_rollbacks(self.output_dir)
+        last = self.read()
+        if fault is not None and fault.fired_at is not None:
+            fault.reached = max(fault.reached, last)
+        for event in [e for e in self.events if e is not fault and last > e.reached]:
+            event.lost_s = time.monotonic() - event.fired_at
+            self.events.remove(event)
+        records = read_rollbacks(self.output_dir)
+        for record in records[self.rollbacks :]:
+            self.rows.append(_rolled_back(record))
+            self.events.append(self.rows[-1])
+        self.rollbacks = len(records)
+        return last
+
+    def fired(self, fault: Fault) -> None:
+        fault.fired_after = fault.reached = self.read()
+        fault.fired_at = time.monotonic()
+        self.events.append(fault)
 
 
 def _inode(path: str):
@@ -316,31 +313,19 @@ def launch(
 ) -> Launch:
     """Runs `argv` once; fires `fault` when its update comes; `events` (faults whose run has not
     yet passed where it was) are closed as the log passes them; a rollback adds a row to `rows`."""
-    watch = Watch(output_dir)
+    watch = Watch(output_dir, events, rows)
     out_path, err_path = (os.path.join(log_dir, f"launch_{n}.{s}") for s in ("stdout", "stderr"))
-    rollbacks = len(watch.rollbacks())
     started = time.monotonic()
     with open(out_path, "w") as out, open(err_path, "w") as err:
         process = subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL)
         while process.poll() is None:
-            last = watch.read()
-            if fault is not None and fault.fired_at is not None:
-                fault.reached = max(fault.reached, last)  # what this launch did after the fault
-            for event in [e for e in events if e is not fault and last > e.reached]:
-                event.lost_s = time.monotonic() - event.fired_at
-                events.remove(event)
-            if len(watch.rollbacks()) > rollbacks:
-                rollbacks = len(watch.rollbacks())
-                rows.append(_rolled_back(watch.rollbacks()[-1]))
-                events.append(rows[-1])
+            last = watch.look(fault)
             if fault and fault.fired_at is None and last >= fault.at:
                 time.sleep(fault.delay_ms / 1000)
-                fault.fired_after = fault.reached = watch.read()
-                fault.fired_at = time.monotonic()
+                watch.fired(fault)
                 _fire(fault, process, output_dir)
                 if fault.kind == "power_loss":
                     fault.came_back = _cut_newest(output_dir)
-                events.append(fault)
             time.sleep(0.02)
     with open(out_path) as out, open(err_path) as err:
         stdout, stderr = out.read(), err.read()
@@ -545,23 +530,14 @@ def _run_slurm(name, argv, output_dir, root, plan, args) -> dict:
     events, rows, previous, mark = [], [], None, 0
     started = time.monotonic()
     job, launches, restarts = SlurmJob(argv, output_dir, log), 1, 0
-    watch, rollbacks, fields, next_look = Watch(output_dir), 0, {}, 0.0
+    watch, fields, next_look = Watch(output_dir, events, rows), {}, 0.0
     while True:
         if time.monotonic() >= next_look:  # scontrol twice a second, the log fifty times
             fields, next_look = job.fields(), time.monotonic() + 0.5
         state = fields.get("JobState", "")
-        last = watch.read()
         fault = pending[0] if pending else None
+        last = watch.look(fault)
         fired = fault is not None and fault.fired_at is not None
-        if fired:
-            fault.reached = max(fault.reached, last)
-        for event in [e for e in events if e is not fault and last > e.reached]:
-            event.lost_s = time.monotonic() - event.fired_at
-            events.remove(event)
-        if len(watch.rollbacks()) > rollbacks:
-            rollbacks = len(watch.rollbacks())
-            rows.append(_rolled_back(watch.rollbacks()[-1]))
-            events.append(rows[-1])
         if previous is not None and os.path.exists(log):
             with open(log, errors="replace") as f:
                 text = f.read()[mark:]
@@ -585,20 +561,18 @@ def _run_slurm(name, argv, output_dir, root, plan, args) -> dict:
             launches += 1
             print(f"  {name}: {fault.kind} after update {fault.fired_after}: {fault.ended}", flush=True)
             rows.append(fault)
-            previous, watch, next_look = pending.pop(0), Watch(output_dir), 0.0
+            previous, watch, next_look = pending.pop(0), Watch(output_dir, events, rows), 0.0
             continue
         if state in SLURM_ENDED:
             break
         if fault is not None and not fired and state == "RUNNING" and last >= fault.at:
             time.sleep(fault.delay_ms / 1000)
-            fault.fired_after = fault.reached = watch.read()
-            fault.fired_at = time.monotonic()
+            watch.fired(fault)
             mark = os.path.getsize(log) if os.path.exists(log) else 0
             if fault.kind == "kill_worker":
                 _kill_a_worker(output_dir, fault.number)
             else:
                 job.signal(SLURM_SIGNALS[fault.kind])
-            events.append(fault)
         time.sleep(0.02)
     print(f"  {name}: job {job.id} {state} after {time.monotonic() - started:.1f} s", flush=True)
     return _ran(state == "COMPLETED", launches, rows, started, pending, _left_running(output_dir))

@@ -149,3 +149,27 @@ def flags(paths: dict, output_dir, **overrides) -> list[str]:
         **overrides,
     }
     return [f"--{k}={v}" for k, v in values.items() if v is not None]
+
+
+def poison(files: list, places, *, seed: int, window: int) -> None:
+    """Rewrites the records at `places` of the data order (training/data_order.py with `seed` and
+    `window`) with a NaN first masked_lm_weight; the record counts, and so the order, stay."""
+    import tensorflow as tf
+
+    from training.data_order import records_in_order
+
+    counts = [sum(1 for _ in tf.data.TFRecordDataset(f)) for f in files]
+    order = records_in_order(files, counts, seed=seed, window=window).take(max(places) + 1)
+    targets = {bytes(r.numpy()) for i, r in enumerate(order) if i in places}
+    found = 0
+    for path in files:
+        records = [bytes(r.numpy()) for r in tf.data.TFRecordDataset(path)]
+        with tfrecord.RecordWriter(path) as writer:
+            for record in records:
+                if record in targets:
+                    example = tf.train.Example.FromString(record)
+                    example.features.feature[schema.MASKED_LM_WEIGHTS].float_list.value[0] = float("nan")
+                    record, found = example.SerializeToString(), found + 1
+                writer.write(record)
+    if found != len(places):
+        raise ValueError(f"{found} records poisoned for {len(places)} places: some records repeat in {files}")
