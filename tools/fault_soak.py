@@ -87,7 +87,7 @@ class UsageError(Exception):
 
 @dataclasses.dataclass
 class Fault:
-    number: int
+    number: int  # from 1 in the plan; 0 for a rollback found in the run, -1 for one repeated
     kind: str
     at: int  # after this update (process faults); the update the NaN record lands in (nonfinite)
     delay_ms: int = 0
@@ -185,13 +185,12 @@ class Watch:
     their seconds lost set) and its rollbacks (each a row added to `rows` and `events`)."""
 
     def __init__(self, output_dir: str, events: list, rows: list):
-        from training.rollback import read_rollbacks
-
         self.log = os.path.join(output_dir, "log.jsonl")
         self.output_dir, self.events, self.rows = output_dir, events, rows
         self.before = _inode(self.log)
         self.last = 0  # the highest update the current log shows
-        self.rollbacks = len(read_rollbacks(output_dir))
+        # Rollbacks not yet in `rows`: one recorded as a launch was killed is found by the next.
+        self.rollbacks = sum(r.kind == "nonfinite" for r in rows)
 
     def read(self) -> int:
         from training.metrics_log import read_log
@@ -334,16 +333,20 @@ def launch(
 
 def _rolled_back(record: dict) -> Fault:
     """A rollback found in rollbacks.json, as the table's row of its nonfinite fault."""
-    skipped = record["skipped"]
+    skipped, again = record["skipped"], record["skipped"][0] >= record["skipped"][1]
+    if again:  # the run met the batch again after coming back from a checkpoint before the rollback's
+        came_back = f"ckpt-{record['step']} again, past the data its first rollback skipped"
+    else:
+        came_back = f"ckpt-{record['step']}, sequences {skipped[0]}-{skipped[1] - 1} skipped"
     return Fault(
-        0,
+        -1 if again else 0,
         "nonfinite",
         record["diverged_step"],
         fired_after=record["diverged_step"] - 1,
         reached=record["diverged_step"] - 1,
         fired_at=time.monotonic(),
         ended="rolled back in the run",
-        came_back=f"ckpt-{record['step']}, sequences {skipped[0]}-{skipped[1] - 1} skipped",
+        came_back=came_back,
         redone=record["diverged_step"] - record["step"],
     )
 
@@ -642,7 +645,7 @@ def report(plan, runs, workers, straight, soaked) -> int:
     lines.append(
         "no process left running" if not orphans else f"{len(orphans)} process(es) left running: {orphans}"
     )
-    rolled = sum(r.kind == "nonfinite" for r in soak["rows"])
+    rolled = sum(r.kind == "nonfinite" and r.number == 0 for r in soak["rows"])
     expected = sum(f.kind == "nonfinite" for f in plan)
     if soak["undelivered"] or rolled != expected:
         lines.append(
