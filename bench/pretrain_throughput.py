@@ -6,6 +6,7 @@
         --data synthetic --accumulation 1                     # one headline row pair
     .venv/bin/python -m bench pretrain_throughput --seq_lengths 128,512 --horovod_workers 2
     .venv/bin/python -m bench pretrain_throughput --baseline HEAD~2,HEAD~1   # levers on/off
+    .venv/bin/python -m bench pretrain_throughput --optimizers lamb,adamw    # the update like for like
 
 What one measured update is, per stack:
 
@@ -13,7 +14,8 @@ What one measured update is, per stack:
   (training/job.py: the precision's BertPretrainer, WarmupPolynomialDecay + create_optimizer("lamb"),
   the TrainStep with the job's seed, determinism and input settings): the `accumulation`
   micro-batches in one compiled loop and the LAMB update (one XLA program per update on one
-  worker; under --horovod_workers the loop, the Horovod sum, then the update), and the host-side
+  worker; under --horovod_workers the loop, the Horovod sum, then the update; --optimizers adamw
+  adds a row of the same update with the job's AdamW, the optimizer keras-hub runs), and the host-side
   metric read-back, after every update (--read_every 1) or, as the job's loop does at its log
   steps, after every N (TrainStep.dispatch queues, TrainStep.read reads; a repeat always ends
   with a read, so its clock stops when the device is done).
@@ -105,6 +107,8 @@ from bert.config import BertConfig  # noqa: E402
 # Shapes: B batch (per worker, per micro-batch), S sequence, P masked positions.
 
 STACKS = ("ours", "keras-hub")
+OPTIMIZERS = ("lamb", "adamw")  # ours: the job's --optimizer_type names
+OPTIMIZER_NAMES = {"lamb": "LAMB", "adamw": "AdamW"}
 PRECISIONS = ("fp32", "bf16")  # the job's --precision names
 DATA = ("synthetic", "tfrecord")
 DEFAULT_MODELS = ("mini", "base")
@@ -192,7 +196,7 @@ def build_ours(spec: dict):
         max_predictions_per_seq=spec["predictions"],
         train_batch_size=spec["batch"],
         num_accumulation_steps=spec["accumulation"],
-        optimizer_type="lamb",
+        optimizer_type=spec.get("optimizer", "lamb"),
         precision=spec["precision"],
         use_xla=spec["xla"],
         use_horovod=spec["workers"] > 1,
@@ -517,6 +521,12 @@ def default_predictions(seq_length: int) -> int:
     )
 
 
+def ours_name(optimizer: str, read_every: int) -> str:
+    """A stack of ours: "ours" (LAMB, read after every update), else with what differs."""
+    name = "ours" if optimizer == "lamb" else f"ours {OPTIMIZER_NAMES[optimizer]}"
+    return name if read_every == 1 else f"{name}, reads every {read_every}"
+
+
 def default_batch(model: str, seq_length: int) -> int:
     if seq_length >= 512:
         return PHASE2_BATCH
@@ -538,7 +548,13 @@ def measure_pair(specs: dict, repeats: int, workdir: str, timeout_s: float) -> d
     Returns {stack: {"rates": per repeat, the list of each worker's seq/s; "rss_mb": its peak RSS
     (of the largest worker); "workers"; "error": why it failed, when it did}}."""
     results: dict = {
-        name: {"rates": [], "rss_mb": None, "workers": spec["workers"]} for name, spec in specs.items()
+        name: {
+            "rates": [],
+            "rss_mb": None,
+            "workers": spec["workers"],
+            "optimizer": OPTIMIZER_NAMES[spec.get("optimizer", "lamb")],
+        }
+        for name, spec in specs.items()
     }
     children: dict = {}
 
@@ -584,7 +600,9 @@ def table_rows(config_label: str, workers: int, results: dict) -> list[list[str]
         if name == "keras-hub":
             stack = "keras-hub (AdamW)"
         else:
-            stack = name + " (LAMB" + (f", {workers} workers)" if workers > 1 else ")")
+            optimizer = result["optimizer"]
+            stack = name.replace(f" {optimizer}", "", 1) + f" ({optimizer}"
+            stack += f", {workers} workers)" if workers > 1 else ")"
         if "error" in result:
             rows.append([config_label, stack, "FAILED", result["error"], "-", "-"])
             continue
@@ -700,6 +718,13 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="comma list of ours, keras-hub [ours,keras-hub]",
     )
     parser.add_argument(
+        "--optimizers",
+        type=some_of(OPTIMIZERS),
+        default="lamb",
+        help="comma list of lamb, adamw: our update with each of the job's optimizers, a row each, "
+        "so a ratio to keras-hub (AdamW) can compare the same optimizer [lamb]",
+    )
+    parser.add_argument(
         "--read_every",
         type=counts,
         default="1",
@@ -767,6 +792,7 @@ class Plan:
     data_modes: list[str]
     accumulations: list[int]
     stacks: list[str]
+    optimizers: list[str]
     read_every: list[int]
     worker_counts: list[int]
     steps: int
@@ -802,6 +828,7 @@ def plan_from(args: argparse.Namespace) -> Plan:
         data_modes=pick(args.data, list(DATA), ["synthetic"]),
         accumulations=pick(args.accumulation, [1, 4], [1]),
         stacks=args.stacks,
+        optimizers=args.optimizers,
         read_every=args.read_every,
         worker_counts=[1],
         steps=pick(args.steps, 4, 2),
@@ -914,18 +941,20 @@ def group_specs(plan: Plan, group: tuple, baselines: dict) -> tuple[str, dict]:
         ours = {**spec, "workers": workers, "threads": max(1, plan.threads // workers)}
         for name, path in baselines.items():
             specs[name] = {**ours, "stack": name, "code_root": path}
-        for n in plan.read_every:
-            name = "ours" if n == 1 else f"ours, reads every {n}"
-            specs[name] = {**ours, "stack": name, "read_every": n}
+        for optimizer, n in itertools.product(plan.optimizers, plan.read_every):
+            name = ours_name(optimizer, n)
+            specs[name] = {**ours, "stack": name, "optimizer": optimizer, "read_every": n}
     if "keras-hub" in plan.stacks:
-        specs["keras-hub"] = {**spec, "stack": "keras-hub", "accumulation": 1}
+        specs["keras-hub"] = {**spec, "stack": "keras-hub", "optimizer": "adamw", "accumulation": 1}
     return label, specs
 
 
 def measure_all(plan: Plan, baselines: dict, workdir: str) -> list[list[str]]:
     """Every configuration's stacks measured side by side; the table's rows."""
     groups = configurations(plan)
-    ours_variants = len(baselines) + len(plan.read_every) - 1 if "ours" in plan.stacks else 0
+    ours_variants = (
+        len(baselines) + len(plan.optimizers) * len(plan.read_every) - 1 if "ours" in plan.stacks else 0
+    )
     harness.log(
         f"{len(groups)} configuration(s) x {len(plan.stacks) + ours_variants} stack(s); {plan.repeats} "
         f"repeats x {plan.steps} micro-batches after {plan.warmup} warm-up; {plan.threads} intra-op "
@@ -961,7 +990,7 @@ def print_report(plan: Plan, rows: list[list[str]], total_s: float) -> None:
     print(harness.markdown_table(headers, rows))
     print()
     print(
-        "ours: run_pretraining.py's update (PretrainingStep, LAMB, accumulation accN); keras-hub: "
+        "ours: run_pretraining.py's update (PretrainingStep, the optimizer named, accumulation accN); keras-hub: "
         "BertBackbone + MaskedLMHead + NSP Dense, AdamW, one process, batch b per step, no "
         "accumulation, measured beside each of our rows. 2-worker cells: total (workers x median "
         "per worker); peak RSS: workers x the largest."

@@ -345,6 +345,36 @@ def test_pretrain_throughput():
     assert int(rows[0][5].replace(",", "")) > 200  # a process that imported TensorFlow and built BERT
 
 
+def test_pretrain_throughput_has_a_row_of_ours_per_optimizer_each_with_its_ratio_to_keras_hub():
+    from bench import pretrain_throughput
+
+    args = ["--models", "tiny", "--seq_lengths", "16", "--precisions", "fp32", "--xla", "on"]
+    args += ["--data", "synthetic", "--accumulation", "1"]
+    args += ["--optimizers", "lamb,adamw", "--read_every", "1,4"]
+    plan = pretrain_throughput.plan_from(pretrain_throughput.parse_args(args))
+    [group] = pretrain_throughput.configurations(plan)
+    label, specs = pretrain_throughput.group_specs(plan, group, {})
+    ours = {name: (s["optimizer"], s["read_every"]) for name, s in specs.items() if name != "keras-hub"}
+    assert ours == {
+        "ours": ("lamb", 1),
+        "ours, reads every 4": ("lamb", 4),
+        "ours AdamW": ("adamw", 1),
+        "ours AdamW, reads every 4": ("adamw", 4),
+    }
+    rates = {"ours": [2.0, 3.0], "ours AdamW": [4.0, 6.0], "keras-hub": [4.0, 5.0]}
+    optimizer = {"ours": "LAMB", "ours AdamW": "AdamW", "keras-hub": "AdamW"}
+    results = {
+        name: {"rates": [[r] for r in rates[name]], "rss_mb": 1e3, "workers": 1, "optimizer": optimizer[name]}
+        for name in rates
+    }
+    rows = pretrain_throughput.table_rows(label, 1, results)
+    assert [(row[1], row[4]) for row in rows] == [
+        ("ours (LAMB)", "0.550 (0.500-0.600)"),
+        ("ours (AdamW)", "1.100 (1.000-1.200)"),
+        ("keras-hub (AdamW)", "1"),
+    ]
+
+
 @pytest.mark.process
 def test_inference():
     out = run_bench("inference.py", "--quick", "--tasks", "glue", "--batch_sizes", "1")
