@@ -15,6 +15,7 @@ import _posixsubprocess
 import contextlib
 import functools
 import os
+import platform
 import subprocess
 import threading
 
@@ -54,6 +55,9 @@ class ProcessGuard:
         """Wraps the calls that start processes (once per process)."""
         if getattr(subprocess.Popen._execute_child, "process_guard", False):
             return
+        # platform.processor() runs `uname -p` the first time anything asks (transformers and torch
+        # do as they import): asked here, once, it is not a start inside whichever test is first.
+        platform.processor()
         _wrap(subprocess.Popen, "_execute_child", self, lambda popen, args, *_, **__: ("subprocess", args))
         _wrap(_posixsubprocess, "fork_exec", self, lambda args, *_, **__: ("fork_exec", args))
         _wrap(os, "fork", self, lambda: ("os.fork", ""))
