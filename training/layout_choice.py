@@ -15,9 +15,9 @@ per position (projections and feed-forward), b = 2 n D per pair of positions (at
 and weighted sum: XLA computes the whole L x L block, also where packing masks it), h = P (D^2 +
 D V) per row (the masked-LM head gathers P positions of every row). c is what a micro-batch costs
 beyond its arithmetic (a program launch, the update's host work per micro-batch), counted as
-C_POSITIONS positions of the model's per-position work: fitted to bench/padding.py's figures
-(bench/results/padding.json), it is what lets few full rows beat many short ones when they are
-equal in positions.
+C_POSITIONS positions of the model's per-position work. Packed rows cut to bins cost
+PACKED_BINS_OVERHEAD times that: measured (`python -m bench layout_choice` against `bench
+padding`'s records), they ran slower than their positions say.
 
 The cheapest layout wins; ties (within TIE of the cheapest) go to the simpler one, in LAYOUTS'
 order. The sample covers up to SAMPLE_UPDATES updates of at most SAMPLE_SEQUENCES sequences
@@ -39,7 +39,11 @@ from training.length_bins import bin_length
 BIN_SIZES = (32, 64, 128)
 C_POSITIONS = 64  # a micro-batch's overhead, in positions of per-position work (bench/padding.py)
 PAIR_WORK = 0  # attention's elementwise work per score and head (mask, softmax, dropout), in multiply-adds
-TIE = 0.02  # a layout within 2% of the cheapest counts as a tie: the simpler one is taken
+# Packed rows cut to bins ran 0.70x the speed their positions predict (geometric mean over 11
+# groups of `bench layout_choice`, bert_tiny and bert_small on 2 CPU cores): the most distinct
+# shapes of any layout (row counts x bin lengths), each its own program. Their cost is scaled by this.
+PACKED_BINS_OVERHEAD = 1.4
+TIE = 0.01  # a layout within 1% of the cheapest counts as a tie: the simpler one is taken
 SAMPLE_UPDATES = 16
 SAMPLE_SEQUENCES = 512  # per simulated update (k is cut so that k x B fits)
 MASKED_LM_PROB = 0.15  # Google's rule for the predictions a sequence of n tokens holds
@@ -151,6 +155,8 @@ def predict(
             cost += sum(model.micro_batch(r, n) for r, n in shapes)
             computed += sum(r * n for r, n in shapes)
         real = float(sum(int(u.sum()) for u in updates))
+        if layout.packing and layout.bin_size:
+            cost *= PACKED_BINS_OVERHEAD
         out.append(Prediction(layout, cost / len(updates) * accumulation / k, real / computed))
     return out
 
