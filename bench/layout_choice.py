@@ -2,16 +2,16 @@
 each pretraining group of a `bench padding` record, beside every layout's measured speed.
 
     .venv/bin/python -m bench layout_choice      # the newest padding record with packed rows
-    .venv/bin/python -m bench layout_choice --options "--only pretraining --phases 2"
+    .venv/bin/python -m bench layout_choice --options "--only pretraining --phases 2" --options "..."
 
-For each group (record set, phase, global batch) of the record: the records' lengths are sampled
+For each group (record set, phase, global batch) of the records: the records' lengths are sampled
 as the launcher samples them (bench/padding.py's fixtures find the same files under --work_dir),
-priced with the record's model (configs/bert_<--model>.json, the records' vocabulary), and set
-beside the measured rows: speed against padded, measured and predicted; real-token share,
-measured and predicted; "auto" marks the pick. The second table says per group what auto picks,
-the fastest measured layout, and the pick's measured speed over the fastest's (1.00: the pick is
-the fastest; the pick is meant to be within 3% of it). Nothing is timed here: the figures are the
-padding record's.
+priced with the record's model (configs/bert_<--model>.json, the records' vocabulary), and the
+pick is set beside the measured rows: what auto picks, the fastest measured layout, and the pick's
+measured speed over the fastest's (1.00: the pick is the fastest; it is meant to be within 3%), by
+the medians of the rounds and by the best rounds (a shared machine's load falls on some rounds).
+--detail adds every layout's row: speed against padded and real-token share, measured and
+predicted. Nothing is timed here: the figures are the padding records'.
 """
 
 from __future__ import annotations
@@ -157,44 +157,31 @@ def main(argv=None) -> None:
     p.add_argument(
         "--work_dir", default=os.path.join(ROOT, "results", "bench_padding"), help="as bench padding's"
     )
-    p.add_argument("--options", help="the padding record's options, as typed after `bench padding`")
+    p.add_argument(
+        "--options",
+        action="append",
+        help="a padding record's options, as typed after `bench padding` (again for another record)",
+    )
+    p.add_argument("--detail", action="store_true", help="also every layout's row, predicted and measured")
     p.add_argument("--results", default=records.RESULTS_DIR, help="where the padding records are")
     args = p.parse_args(argv)
-    record = pick_record(records.load("padding", args.results), args.options)
-    detail, summary = compare(record, args.work_dir)
-    harness.log(f"measured: {record['command']} ({record['date']}, {record['commit']})")
-    print(f"Predicted against measured layouts ({record['command']}, {record['date']}):")
-    print(
-        harness.markdown_table(
-            [
-                "input",
-                "work: batch",
-                "layout",
-                "real tokens",
-                "predicted real tokens",
-                "vs padded",
-                "best round vs padded",
-                "predicted vs padded",
-                "auto",
-            ],
-            detail,
-        )
-    )
-    print("\nWhat --padding auto picks, per group:")
-    print(
-        harness.markdown_table(
-            [
-                "input",
-                "work: batch",
-                "auto picks",
-                "fastest (medians)",
-                "pick / fastest",
-                "fastest (best rounds)",
-                "pick / fastest, best rounds",
-            ],
-            summary,
-        )
-    )
+    found = records.load("padding", args.results)
+    summary = []
+    for options in args.options or [None]:
+        record = pick_record(found, options)
+        detail, rows = compare(record, args.work_dir)
+        model = f"bert_{_option(record['options'], '--model', 'tiny')}"
+        summary += [[row[0], model, *row[1:]] for row in rows]
+        harness.log(f"measured: {record['command']} ({record['date']}, {record['commit']})")
+        if args.detail:
+            print(f"Predicted against measured layouts ({record['command']}, {record['date']}):")
+            headers = ["input", "work: batch", "layout", "real tokens", "predicted real tokens", "vs padded"]
+            headers += ["best round vs padded", "predicted vs padded", "auto"]
+            print(harness.markdown_table(headers, detail) + "\n")
+    print("What --padding auto picks, per group of the padding records its --options name:")
+    headers = ["input", "model", "work: batch", "auto picks", "fastest (medians)", "pick / fastest"]
+    headers += ["fastest (best rounds)", "pick / fastest, best rounds"]
+    print(harness.markdown_table(headers, summary))
     sys.stdout.flush()
 
 

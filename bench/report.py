@@ -91,6 +91,14 @@ SECTIONS = (
         group="Training performance results",
     ),
     Section(
+        "Choosing the layout",
+        "Whether `--padding auto` (the pretraining launcher's default) picks the fastest layout: its"
+        " prediction from the records' lengths beside each layout's measured speed (a `bench padding`"
+        " record), and per group the pick's measured speed over the fastest layout's.",
+        (("layout_choice", None),),
+        group="Training performance results",
+    ),
+    Section(
         "The input order",
         "Whether the global data order (with masking at load time for dynamic records) still feeds"
         " a GPU: worker 0's parsed micro-batches per second, no model.",

@@ -673,7 +673,7 @@ def test_layout_choice_sets_the_pick_beside_a_padding_records_measured_layouts(t
         command="python -m bench padding --only pretraining", commit="0000000", tables=tables_printed
     )
     (results / "padding.json").write_text(json.dumps({"records": [record]}))
-    layout_choice.main(["--work_dir", str(tmp_path), "--results", str(results)])
+    layout_choice.main(["--work_dir", str(tmp_path), "--results", str(results), "--detail"])
     (detail_header, detail), (_, summary) = tables(capsys.readouterr().out)
     assert detail_header[-4:] == ["vs padded", "best round vs padded", "predicted vs padded", "auto"]
     assert [row[2] for row in detail] == ["padded", "bins of 64", "packed", "packed, bins of 64"]
@@ -687,6 +687,7 @@ def test_layout_choice_sets_the_pick_beside_a_padding_records_measured_layouts(t
     assert summary == [
         [
             "quickstart corpus phase 2 (seq 512)",
+            "bert_tiny",
             "quickstart: 8 x 4",
             auto[2],
             "packed (2.10x)",
