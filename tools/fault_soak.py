@@ -400,7 +400,8 @@ def soak(args) -> int:
         if sbatch is None
         else f"sbatch {args.slurm} scripts/run.sub {args.launcher}"
     )
-    print(f"Soak: {args.faults} faults from seed {args.seed} on {workers} worker(s): {how}", flush=True)
+    title = f"{args.faults} faults from seed {args.seed} on {workers} worker(s), {how}"
+    _progress(f"Soak: {title}")
     data = write_data(root, plan, workers, args.seed)
     runs = {}
     for name in ("uninterrupted", "soaked"):
@@ -414,7 +415,9 @@ def soak(args) -> int:
         if not runs[name]["finished"]:
             print(f"The {name} run did not finish: see {root}/logs/.", file=sys.stderr)
             return 1
-    return report(plan, runs, workers, os.path.join(root, "uninterrupted"), os.path.join(root, "soaked"))
+    return report(
+        plan, runs, workers, title, os.path.join(root, "uninterrupted"), os.path.join(root, "soaked")
+    )
 
 
 def _run(name, argv, output_dir, root, plan, max_launches) -> dict:
@@ -434,10 +437,9 @@ def _run(name, argv, output_dir, root, plan, max_launches) -> dict:
             step = int(resumed[5:]) if resumed.startswith("ckpt-") else 0
             previous.redone = max(0, previous.reached - step)
         fired = fault is not None and fault.fired_at is not None
-        print(
+        _progress(
             f"  {name} launch {len(launches)}: {_ended(result.status)} after {result.wall_s:.1f} s"
-            + (f", {fault.kind} after update {fault.fired_after}" if fired else ""),
-            flush=True,
+            + (f", {fault.kind} after update {fault.fired_after}" if fired else "")
         )
         if result.status == 0 or not fired:
             break
@@ -562,7 +564,7 @@ def _run_slurm(name, argv, output_dir, root, plan, args) -> dict:
                 restarts += 1
                 fault.ended = f"requeued by run.sub (restart {restarts})"
             launches += 1
-            print(f"  {name}: {fault.kind} after update {fault.fired_after}: {fault.ended}", flush=True)
+            _progress(f"  {name}: {fault.kind} after update {fault.fired_after}: {fault.ended}")
             rows.append(fault)
             previous, watch, next_look = pending.pop(0), Watch(output_dir, events, rows), 0.0
             continue
@@ -577,7 +579,7 @@ def _run_slurm(name, argv, output_dir, root, plan, args) -> dict:
             else:
                 job.signal(SLURM_SIGNALS[fault.kind])
         time.sleep(0.02)
-    print(f"  {name}: job {job.id} {state} after {time.monotonic() - started:.1f} s", flush=True)
+    _progress(f"  {name}: job {job.id} {state} after {time.monotonic() - started:.1f} s")
     return _ran(state == "COMPLETED", launches, rows, started, pending, _left_running(output_dir))
 
 
@@ -630,9 +632,15 @@ def _compare(straight: str, soaked: str) -> tuple[list[str], bool]:
     return lines, same and kept
 
 
-def report(plan, runs, workers, straight, soaked) -> int:
-    """Prints the table, the verdict and goodput; 0 when the verdict holds."""
+def _progress(line: str) -> None:
+    """A line of progress, on stderr (stdout holds the tables)."""
+    print(line, file=sys.stderr, flush=True)
+
+
+def report(plan, runs, workers, title, straight, soaked) -> int:
+    """Prints the tables and the verdict; 0 when the verdict holds."""
     soak = runs["soaked"]
+    print(f"\n{title}: each fault, how the run came back and what it cost:")
     print("\n| # | fault | when | the launch | came back | updates redone | seconds lost |")
     print("|---|---|---|---|---|---|---|")
     for i, row in enumerate(soak["rows"], 1):
@@ -654,6 +662,10 @@ def report(plan, runs, workers, straight, soaked) -> int:
         )
         holds = False
     holds = holds and not orphans
+    print(
+        "\nThe runs; goodput: the seconds of the updates that reached the final model (updates x "
+        "median update time) over the run's wall time, start-up and compilation included:"
+    )
     print("\n| run | launches | wall s | updates | median update s | goodput |")
     print("|---|---|---|---|---|---|")
     for name, output_dir in (("uninterrupted", straight), ("soaked", soaked)):
@@ -666,10 +678,6 @@ def report(plan, runs, workers, straight, soaked) -> int:
             f"{updates * median / run['wall_s']:.2f} |"
         )
     print("\nVerdict: " + "; ".join(lines) + ".")
-    print(
-        "Goodput: the seconds of the updates that reached the final model (updates x median update "
-        "time) over the run's wall time, start-up and compilation included."
-    )
     return 0 if holds else 1
 
 
