@@ -191,6 +191,15 @@ SECTIONS = (
         (("stopping", None),),
         group="Operations",
     ),
+    Section(
+        "Faults in one run: the soak",
+        "Seeded faults (a killed worker, a notice to every worker, a killed launcher, power lost,"
+        " a non-finite batch) in one two-worker run, restarted as a scheduler would: how it came"
+        " back, what it cost, and whether it ended where the same run left alone ends"
+        " (docs/reliability.md).",
+        (("fault_soak", None),),
+        group="Operations",
+    ),
 )
 
 
