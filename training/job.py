@@ -167,8 +167,9 @@ def run(s: JobSettings, task, stream=None, tracking=None) -> dict:
     from training.preflight import Joining, check_task
 
     task.validate_settings(s)
-    stream = stream if stream is not None else sys.stdout
     with LauncherWatch(log_path(s.output_dir)) as launcher:
+        # sys.stdout as the watch leaves it: it survives the launcher's exit (into the log file).
+        stream = stream if stream is not None else sys.stdout
         world, rank = expected_world(s.use_horovod)
         # Watched from before Horovod starts: its init waits for every rank.
         joining = Joining(s.output_dir, s.worker_timeout_seconds, rank, world)
