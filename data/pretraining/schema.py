@@ -330,24 +330,30 @@ def example_lengths(data):
     Raises ValueError on bytes that are not an Example.
     """
     out = {}
+    for entry in _feature_entries(data):
+        name, kind, count = "", None, 0
+        for field, field_wire, payload in entry:
+            if field == 1 and field_wire == 2:
+                name = payload.decode("utf-8")
+            elif field == 2 and field_wire == 2:
+                for list_field, list_wire, values in _fields(payload):
+                    if list_field in _LIST_KINDS and list_wire == 2:
+                        listed = _LIST_KINDS[list_field]
+                        count = (count if listed == kind else 0) + _values_in_list(values, listed)
+                        kind = listed
+        out[name] = (kind or "bytes", count)  # a Feature with no list set holds no values
+    return out
+
+
+def _feature_entries(data):
+    """The fields of each entry of a serialized Example's feature map (Example { Features
+    features = 1 }, Features { map<string, Feature> feature = 1 }), from the wire format."""
     for number, wire, features in _fields(data):
         if number != 1 or wire != 2:
             continue
         for number, wire, entry in _fields(features):
-            if number != 1 or wire != 2:
-                continue
-            name, kind, count = "", None, 0
-            for field, field_wire, payload in _fields(entry):
-                if field == 1 and field_wire == 2:
-                    name = payload.decode("utf-8")
-                elif field == 2 and field_wire == 2:
-                    for list_field, list_wire, values in _fields(payload):
-                        if list_field in _LIST_KINDS and list_wire == 2:
-                            listed = _LIST_KINDS[list_field]
-                            count = (count if listed == kind else 0) + _values_in_list(values, listed)
-                            kind = listed
-            out[name] = (kind or "bytes", count)  # a Feature with no list set holds no values
-    return out
+            if number == 1 and wire == 2:
+                yield list(_fields(entry))
 
 
 def _sum_varints(data):
@@ -362,28 +368,22 @@ def real_tokens(data):
     """The real tokens of one serialized tf.train.Example: the ones in its input_mask (read from
     the wire format as `example_lengths` reads it; no TensorFlow). Raises ValueError on bytes that
     are not an Example with an input_mask."""
-    for number, wire, features in _fields(data):
-        if number != 1 or wire != 2:
+    for fields in _feature_entries(data):
+        if not any(f == 1 and w == 2 and payload == INPUT_MASK.encode() for f, w, payload in fields):
             continue
-        for number, wire, entry in _fields(features):
-            if number != 1 or wire != 2:
+        ones = 0
+        for field, field_wire, payload in fields:
+            if field != 2 or field_wire != 2:
                 continue
-            fields = list(_fields(entry))
-            if not any(f == 1 and w == 2 and payload == INPUT_MASK.encode() for f, w, payload in fields):
-                continue
-            ones = 0
-            for field, field_wire, payload in fields:
-                if field != 2 or field_wire != 2:
+            for list_field, list_wire, values in _fields(payload):
+                if list_field != 3 or list_wire != 2:
                     continue
-                for list_field, list_wire, values in _fields(payload):
-                    if list_field != 3 or list_wire != 2:
-                        continue
-                    for value_field, value_wire, value in _fields(values):  # Int64List's values
-                        if value_field == 1 and value_wire == 0:
-                            ones += value
-                        elif value_field == 1 and value_wire == 2:  # packed; 0 and 1 are a byte each
-                            ones += sum(value) if max(value, default=0) < 0x80 else _sum_varints(value)
-            return ones
+                for value_field, value_wire, value in _fields(values):  # Int64List's values
+                    if value_field == 1 and value_wire == 0:
+                        ones += value
+                    elif value_field == 1 and value_wire == 2:  # packed; 0 and 1 are a byte each
+                        ones += sum(value) if max(value, default=0) < 0x80 else _sum_varints(value)
+        return ones
     raise ValueError(f"a record without {INPUT_MASK!r}")
 
 
